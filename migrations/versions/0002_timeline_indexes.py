@@ -1,0 +1,25 @@
+"""Indexes for the timeline, profile and followers reads (stage 3 of the ladder).
+
+Without them a timeline reads the whole tweets table; with them, one short
+index range per followed author.
+
+Revision ID: 0002
+Revises: 0001
+"""
+
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_index("ix_tweets_author_id_id", "tweets", ["author_id", "id"])
+    op.create_index("ix_follows_followed_id_follower_id", "follows", ["followed_id", "follower_id"])
+
+
+def downgrade():
+    op.drop_index("ix_follows_followed_id_follower_id", table_name="follows")
+    op.drop_index("ix_tweets_author_id_id", table_name="tweets")

@@ -1,0 +1,58 @@
+"""tweepy: a mini-Twitter on Flask, and the app a scaling workshop measures.
+
+``create_app`` builds the application in small named steps; everything it
+needs to know comes from ``config.py`` (environment) and ``overrides``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flask import Flask
+
+from . import cache, cli, config, db_tuning
+from .extensions import bcrypt, csrf, db, login_manager, migrate
+
+
+def create_app(overrides: dict[str, Any] | None = None) -> Flask:
+    app = Flask(__name__, instance_path=os.environ.get("TWEEPY_INSTANCE_PATH") or None)
+    os.makedirs(app.instance_path, exist_ok=True)
+    app.config.update(config.load(app.instance_path, overrides))
+    register_database(app)
+    register_extensions(app)
+    cache.init_app(app)
+    register_blueprints(app)
+    cli.init_app(app)
+    log_settings(app)
+    return app
+
+
+def register_database(app: Flask) -> None:
+    app.config["SQLALCHEMY_DATABASE_URI"] = app.config["DATABASE_URL"]
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = db_tuning.engine_options(app.config)
+    db.init_app(app)
+    migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
+    with app.app_context():
+        db_tuning.init_app(app, db.engine)
+
+
+def register_extensions(app: Flask) -> None:
+    bcrypt.init_app(app)
+    csrf.init_app(app)
+    login_manager.init_app(app)
+    login_manager.login_view = "auth.login"
+    login_manager.login_message = "Log in to see that page."
+
+
+def register_blueprints(app: Flask) -> None:
+    from . import auth, site, tweets, users
+
+    for blueprint in (auth.bp, tweets.bp, users.bp, site.bp):
+        app.register_blueprint(blueprint)
+
+
+def log_settings(app: Flask) -> None:
+    """Record what is live, so every benchmark run says which settings it measured."""
+    shown = {s.name: app.config[s.name] for s in config.SETTINGS if s.name != "SECRET_KEY"}
+    app.logger.info("tweepy settings: %s", " ".join(f"{k}={v}" for k, v in shown.items()))

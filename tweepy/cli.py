@@ -1,0 +1,90 @@
+"""``flask --app tweepy seed``: deterministic benchmark data, fast."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime, timedelta
+
+import click
+from flask import Flask, current_app
+from sqlalchemy import func, insert, select
+
+from .extensions import bcrypt, db
+from .models import Follow, Tweet, User
+
+SEED_PASSWORD = "tweepy123"
+BATCH = 20_000
+WORDS = (
+    "scaling python flask sqlite nginx uwsgi gevent cache locust queue latency throughput "
+    "index page timeline follow tweet server worker process thread greenlet request response "
+    "database write read memory disk network benchmark percentile coffee lunch today again"
+).split()
+
+
+def _batches(rows, size=BATCH):
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+@click.command("seed")
+@click.option("--users", default=1000, show_default=True, help="users user1..userN")
+@click.option("--tweets", default=100_000, show_default=True, help="tweets spread over the last year")
+@click.option("--follows", default=20, show_default=True, help="users each user follows")
+@click.option("--seed", "rng_seed", default=42, show_default=True, help="random seed: same seed, same data")
+def seed_command(users: int, tweets: int, follows: int, rng_seed: int) -> None:
+    """Fill an empty database with users who all share the password 'tweepy123'."""
+    if db.session.scalar(select(func.count()).select_from(User)):
+        raise click.ClickException("the database already has users; seed an empty one (flask --app tweepy db upgrade)")
+    if follows >= users and users:
+        raise click.ClickException("--follows must be smaller than --users")
+    started = time.perf_counter()
+    rng = random.Random(rng_seed)
+    cost = current_app.config["BCRYPT_LOG_ROUNDS"]
+    # One hash for everyone: hashing 10,000 times at cost 12 would take most of an hour.
+    password_hash = bcrypt.generate_password_hash(SEED_PASSWORD, cost).decode()
+    now = datetime.utcnow().replace(microsecond=0)
+    year_ago = now - timedelta(days=365)
+
+    connection = db.session.connection()
+    for batch in _batches(
+        {"id": i, "name": f"user{i}", "email": f"user{i}@example.com", "password_hash": password_hash, "created": year_ago}
+        for i in range(1, users + 1)
+    ):
+        connection.execute(insert(User), batch)
+
+    step = timedelta(days=365) / max(tweets, 1)
+    # Posted times grow with ids, so "newest first" by id is also by time.
+    for batch in _batches(
+        {
+            "author_id": rng.randint(1, users),
+            "text": " ".join(rng.choices(WORDS, k=rng.randint(3, 16))),
+            "posted": year_ago + step * i,
+        }
+        for i in range(tweets)
+    ):
+        connection.execute(insert(Tweet), batch)
+
+    def follow_rows():
+        for follower in range(1, users + 1):
+            for followed in rng.sample(range(1, users), follows):
+                # Shift past oneself: a sample of the others, without a retry loop.
+                yield {"follower_id": follower, "followed_id": followed + (followed >= follower)}
+
+    for batch in _batches(follow_rows()):
+        connection.execute(insert(Follow), batch)
+    db.session.commit()
+    click.echo(
+        f"seeded {users} users, {tweets} tweets, {follows} follows each "
+        f"(password {SEED_PASSWORD!r}, bcrypt cost {cost}) in {time.perf_counter() - started:.1f}s"
+    )
+
+
+def init_app(app: Flask) -> None:
+    app.cli.add_command(seed_command)

@@ -1,0 +1,69 @@
+"""The forms, each with its rules; Flask-WTF adds and checks the CSRF token of all of them."""
+
+from __future__ import annotations
+
+from flask_wtf import FlaskForm
+from wtforms import EmailField, HiddenField, PasswordField, StringField, TextAreaField
+from wtforms.validators import DataRequired, Email, EqualTo, Length, Regexp, ValidationError
+
+from . import queries
+from .passwords import MAX_PASSWORD_BYTES
+
+TWEET_LENGTH = 280
+
+
+def _strip(value: str | None) -> str | None:
+    return value.strip() if isinstance(value, str) else value
+
+
+class LoginForm(FlaskForm):
+    name = StringField("Name", validators=[DataRequired()], filters=[_strip])
+    password = PasswordField("Password", validators=[DataRequired()])
+    next = HiddenField()
+
+
+class RegisterForm(FlaskForm):
+    name = StringField(
+        "Name",
+        filters=[_strip],
+        validators=[
+            DataRequired(),
+            Regexp(r"^[A-Za-z0-9_]{3,32}$", message="3 to 32 letters, digits or underscores."),
+        ],
+    )
+    email = EmailField(
+        "Email",
+        filters=[_strip],
+        validators=[DataRequired(), Length(max=254), Email(message="That is not an email address.")],
+    )
+    password = PasswordField("Password", validators=[DataRequired(), Length(min=8, message="At least 8 characters.")])
+    confirm = PasswordField("Repeat the password", validators=[EqualTo("password", message="The passwords differ.")])
+
+    def validate_name(self, field) -> None:
+        if queries.user_named(field.data) is not None:
+            raise ValidationError("That name is taken.")
+
+    def validate_email(self, field) -> None:
+        if queries.email_taken(field.data):
+            raise ValidationError("That email is already registered.")
+
+    def validate_password(self, field) -> None:
+        if len(field.data.encode()) > MAX_PASSWORD_BYTES:
+            raise ValidationError(f"At most {MAX_PASSWORD_BYTES} bytes (bcrypt ignores the rest).")
+
+
+class TweetForm(FlaskForm):
+    tweet = TextAreaField(
+        "What's happening?",
+        filters=[_strip],
+        validators=[
+            DataRequired(message="Write something first."),
+            Length(max=TWEET_LENGTH, message=f"At most {TWEET_LENGTH} characters."),
+        ],
+    )
+
+
+class ActionForm(FlaskForm):
+    """A button that changes state (follow, delete, log out): a CSRF token and where to go next."""
+
+    next = HiddenField()

@@ -1,0 +1,70 @@
+"""The tables: users, their tweets, and who follows whom.
+
+Indexes are declared next to the columns they serve; migrations create them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import ForeignKey, Index, String, func
+from sqlalchemy.orm import Mapped, mapped_column
+
+from .extensions import db
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class User(db.Model):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(32), unique=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(60))
+    created: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        # "Bob" and "bob" would be two people who look like one: names are unique whatever their case.
+        Index("uq_users_name_lower", func.lower(name), unique=True),
+    )
+
+
+class Tweet(db.Model):
+    __tablename__ = "tweets"
+
+    # Ids grow with time, so "newest first" is "highest id first" and pages are keyset ranges of ids.
+    id: Mapped[int] = mapped_column(primary_key=True)
+    author_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    text: Mapped[str] = mapped_column(String(280))
+    posted: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        # A profile, and each followed author of a timeline: one range of this index, newest first.
+        Index("ix_tweets_author_id_id", "author_id", "id"),
+    )
+
+
+class Follow(db.Model):
+    __tablename__ = "follows"
+
+    # The pair is the key: following twice is impossible, and "whom does X follow" is a range of it.
+    follower_id: Mapped[int] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    followed_id: Mapped[int] = mapped_column(ForeignKey("users.id"), primary_key=True)
+
+    __table_args__ = (
+        # "Who follows X": the readers whose timelines X's tweets appear in.
+        Index("ix_follows_followed_id_follower_id", "followed_id", "follower_id"),
+    )
+
+
+class CacheInvalidation(db.Model):
+    """The log of cache keys made stale by writes, replayed by every process (see cache.py)."""
+
+    __tablename__ = "cache_invalidations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(200))
+    created: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,47 @@
+"""What belongs to no feature: the health check and the error pages."""
+
+from __future__ import annotations
+
+from flask import Blueprint, render_template, request
+from flask_wtf.csrf import CSRFError
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.exceptions import HTTPException
+
+from .extensions import db
+from .forms import ActionForm
+
+bp = Blueprint("site", __name__)
+
+
+@bp.app_context_processor
+def page_helpers() -> dict:
+    return {
+        # One CSRF-only form for every button of a page (follow, delete, log out).
+        "action_form": ActionForm(),
+        # Where the buttons of this page send people back to.
+        "here": request.full_path.rstrip("?"),
+    }
+
+
+@bp.get("/healthz")
+def healthz():
+    try:
+        db.session.execute(text("SELECT 1"))
+    except SQLAlchemyError:
+        return "database unavailable\n", 503, {"Content-Type": "text/plain"}
+    return "ok\n", 200, {"Content-Type": "text/plain"}
+
+
+@bp.app_errorhandler(CSRFError)
+def csrf_failed(error: CSRFError):
+    reason = f"{error.description} Reload the page and try again."
+    return render_template("error.html", code=400, title="Form expired", reason=reason), 400
+
+
+@bp.app_errorhandler(HTTPException)
+def http_error(error: HTTPException):
+    # Keep the exception's headers (Allow on a 405, for one) but render our own page.
+    headers = [(k, v) for k, v in error.get_headers() if k.lower() != "content-type"]
+    page = render_template("error.html", code=error.code, title=error.name, reason=error.description)
+    return page, error.code, headers

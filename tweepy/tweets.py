@@ -1,0 +1,42 @@
+"""The timeline, posting and deleting tweets."""
+
+from __future__ import annotations
+
+from flask import Blueprint, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+
+from . import queries, writes
+from .forms import ActionForm, TweetForm
+from .navigation import go_back
+from .paging import tweet_id_arg
+
+bp = Blueprint("tweets", __name__, url_prefix="/tweets")
+
+
+def _render_timeline(form: TweetForm, status: int = 200):
+    before = tweet_id_arg("before")
+    tweets = queries.timeline_of(current_user.id, before)
+    return render_template("timeline.html", form=form, tweets=tweets, before=before), status
+
+
+@bp.get("/")
+@login_required
+def timeline():
+    return _render_timeline(TweetForm())
+
+
+@bp.post("/")
+@login_required
+def post():
+    form = TweetForm()
+    if not form.validate_on_submit():
+        return _render_timeline(form, 400)
+    writes.post_tweet(current_user.id, form.tweet.data)
+    return redirect(url_for("tweets.timeline"), code=303)
+
+
+@bp.post("/<int:tweet_id>/delete")
+@login_required
+def delete(tweet_id: int):
+    writes.delete_tweet(current_user.id, tweet_id)
+    return go_back(ActionForm().next.data, "tweets.timeline")

@@ -1,0 +1,101 @@
+"""Every change of state the app makes, each in one short transaction.
+
+This is the one place that writes: each function commits its rows and, in the
+same transaction, forgets the cached reads the write makes stale (see
+``cache.py``). Slow work (bcrypt) happens before the transaction opens, so no
+lock is held while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from werkzeug.exceptions import BadRequest, Forbidden, NotFound
+
+from . import queries
+from .cache import cache, forget, key
+from .extensions import db
+from .models import Follow, Tweet, User
+from .passwords import hash_password
+
+
+class Taken(Exception):
+    """A name or email that belongs to someone else already."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"{field} is taken")
+        self.field = field
+
+
+@contextmanager
+def transaction() -> Iterator[None]:
+    """Commit everything done inside, or nothing; then let the cache know."""
+    try:
+        yield
+        db.session.commit()
+    except BaseException:
+        db.session.rollback()
+        cache().after_rollback()
+        raise
+    cache().after_commit()
+
+
+def register(name: str, email: str, password: str) -> queries.UserRow:
+    password_hash = hash_password(password)
+    try:
+        with transaction():
+            user = User(name=name, email=email.lower(), password_hash=password_hash)
+            db.session.add(user)
+            db.session.flush()
+            forget(key("user_named", name.lower()), key("users_page", queries.page_of_user(user.id)))
+    except IntegrityError:
+        # Someone took the name or the email between the form's check and now.
+        raise Taken("email" if queries.email_taken(email) else "name") from None
+    return queries.UserRow(user.id, user.name)
+
+
+def post_tweet(author_id: int, text: str) -> int:
+    with transaction():
+        tweet = Tweet(author_id=author_id, text=text)
+        db.session.add(tweet)
+        db.session.flush()
+        forget(key("tweets_by", author_id))
+    return tweet.id
+
+
+def delete_tweet(user_id: int, tweet_id: int) -> None:
+    with transaction():
+        author_id = db.session.scalar(select(Tweet.author_id).where(Tweet.id == tweet_id))
+        if author_id is None:
+            raise NotFound("No such tweet.")
+        if author_id != user_id:
+            raise Forbidden("You can only delete your own tweets.")
+        db.session.execute(delete(Tweet).where(Tweet.id == tweet_id))
+        forget(key("tweets_by", author_id))
+
+
+def follow(follower_id: int, followed_id: int) -> None:
+    if follower_id == followed_id:
+        raise BadRequest("You cannot follow yourself.")
+    try:
+        with transaction():
+            if db.session.get(Follow, (follower_id, followed_id)) is None:
+                db.session.add(Follow(follower_id=follower_id, followed_id=followed_id))
+                db.session.flush()
+                forget(key("following", follower_id))
+    except IntegrityError:
+        pass  # a concurrent request of the same user followed first: the end state is the same
+
+
+def unfollow(follower_id: int, followed_id: int) -> None:
+    if follower_id == followed_id:
+        raise BadRequest("You cannot unfollow yourself.")
+    with transaction():
+        gone = db.session.execute(
+            delete(Follow).where(Follow.follower_id == follower_id, Follow.followed_id == followed_id)
+        )
+        if gone.rowcount:
+            forget(key("following", follower_id))
