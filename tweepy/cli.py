@@ -38,9 +38,13 @@ def _batches(rows, size=BATCH):
 @click.option("--tweets", default=100_000, show_default=True, help="tweets spread over the last year")
 @click.option("--follows", default=20, show_default=True, help="users each user follows")
 @click.option("--seed", "rng_seed", default=42, show_default=True, help="random seed: same seed, same data")
-def seed_command(users: int, tweets: int, follows: int, rng_seed: int) -> None:
+@click.option("--if-empty", is_flag=True, help="do nothing (instead of failing) when there are users already")
+def seed_command(users: int, tweets: int, follows: int, rng_seed: int, if_empty: bool) -> None:
     """Fill an empty database with users who all share the password 'tweepy123'."""
     if db.session.scalar(select(func.count()).select_from(User)):
+        if if_empty:
+            click.echo("the database has users already: not seeding")
+            return
         raise click.ClickException("the database already has users; seed an empty one (flask --app tweepy db upgrade)")
     if follows >= users and users:
         raise click.ClickException("--follows must be smaller than --users")
@@ -86,5 +90,30 @@ def seed_command(users: int, tweets: int, follows: int, rng_seed: int) -> None:
     )
 
 
+@click.command("schema")
+@click.argument("revision")
+def schema_command(revision: str) -> None:
+    """Move the schema to REVISION ('head', '0001'...), upgrading or downgrading as needed.
+
+    Stages 0-2 run at 0001, before the timeline indexes; stage 3 adds them.
+    """
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from flask_migrate import downgrade, upgrade
+
+    scripts = ScriptDirectory.from_config(current_app.extensions["migrate"].migrate.get_config())
+    target = scripts.get_revision(revision).revision
+    with db.engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    # The history is a straight line: compare places in it, oldest first.
+    order = [r.revision for r in reversed(list(scripts.walk_revisions()))]
+    if current is None or order.index(target) > order.index(current):
+        upgrade(revision=target)
+    elif current != target:
+        downgrade(revision=target)
+    click.echo(f"schema at {target}")
+
+
 def init_app(app: Flask) -> None:
     app.cli.add_command(seed_command)
+    app.cli.add_command(schema_command)

@@ -45,6 +45,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CACHE_SIZE", 20000, "Entries kept per process"),
     Setting("CACHE_TTL", 300, "Seconds an entry may live even with no invalidation (a safety net)"),
     Setting("CACHE_SYNC_INTERVAL", 1.0, "Seconds between checks of other processes' writes: the staleness bound"),
+    # How a stage is served (read by tools/stages.py, which starts the servers; the app ignores them).
+    Setting("SERVER", "dev", "'dev' (Flask's development server) or 'uwsgi' (nginx in front of uWSGI)"),
+    Setting("PROCESSES", "4", "uWSGI worker processes; 'auto' means one per core (nproc)"),
+    Setting("GEVENT", 0, "gevent async cores per uWSGI process; 0 means plain synchronous workers"),
+    Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
+    Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0001 has no timeline indexes)"),
 )
 
 _BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}

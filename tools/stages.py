@@ -1,0 +1,298 @@
+"""Run any stage of the ladder: its settings, its servers, their pid files under var/.
+
+    python -m tools.stages run N [--port P]   start stage N in the foreground; Ctrl-C stops it
+    python -m tools.stages stop               stop whatever the pid files under var/ name
+    python -m tools.stages list               the ladder, one line a stage
+
+A stage is a folder ``stages/N-name/`` holding ``stage.env`` (values for
+settings declared in ``tweepy/config.py``) and, when the stage changes the
+servers themselves, its own ``uwsgi.ini`` or ``nginx.conf``. The tests and the
+benchmark start stages through ``start()`` too, each in its own var folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ROOT / "stages"
+VAR = ROOT / "var"
+BIN = Path(sys.executable).parent
+
+sys.path.insert(0, str(ROOT))
+from tweepy.config import SETTINGS  # noqa: E402
+
+DEFAULTS = {f"TWEEPY_{s.name}": str(s.default) for s in SETTINGS}
+# Settings a caller's environment may pass through to a stage; every other
+# TWEEPY_* variable is dropped, so a stage measures what its folder says.
+PASSED_THROUGH = {"TWEEPY_DATABASE_URL", "TWEEPY_SECRET_KEY", "TWEEPY_INSTANCE_PATH", "TWEEPY_BCRYPT_LOG_ROUNDS"}
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}:{number}: expected NAME=value, got {line!r}")
+        values[name.strip()] = value.strip()
+    return values
+
+
+@dataclass
+class Stage:
+    number: int
+    name: str
+    folder: Path
+    settings: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> str:
+        return self.settings.get(f"TWEEPY_{name}", DEFAULTS[f"TWEEPY_{name}"])
+
+    @property
+    def server(self) -> str:
+        return self.get("SERVER")
+
+    @property
+    def processes(self) -> int:
+        value = self.get("PROCESSES")
+        return len(os.sched_getaffinity(0)) if value == "auto" else int(value)
+
+    def config_file(self, name: str) -> Path:
+        """The stage's own server config when it has one, else the top-level one."""
+        own = self.folder / name
+        return own if own.exists() else ROOT / name
+
+    @property
+    def default_port(self) -> int:
+        return 5000 if self.server == "dev" else 8080
+
+
+def all_stages() -> list[Stage]:
+    found = []
+    for folder in sorted(STAGES.iterdir()):
+        number, _, name = folder.name.partition("-")
+        if folder.is_dir() and number.isdigit():
+            found.append(Stage(int(number), name, folder, read_env_file(folder / "stage.env")))
+    return sorted(found, key=lambda s: s.number)
+
+
+def get_stage(number: int) -> Stage:
+    for stage in all_stages():
+        if stage.number == number:
+            return stage
+    raise SystemExit(f"no stage {number}: see stages/README.md")
+
+
+def stage_env(stage: Stage, var: Path, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWEEPY_") or k in PASSED_THROUGH}
+    env.update(stage.settings)
+    env.update(
+        TWEEPY_ROOT=str(ROOT),
+        TWEEPY_VAR=str(var),
+        TWEEPY_HOST="127.0.0.1",
+        TWEEPY_PORT=str(port),
+        TWEEPY_PROCESSES=str(stage.processes),
+        TWEEPY_LISTEN=stage.get("LISTEN"),
+        TWEEPY_GEVENT=stage.get("GEVENT"),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+def prepare_database(stage: Stage, env: dict[str, str], seed: list[str] | None = None) -> None:
+    """Bring the schema to the stage's revision, and seed the database if it is empty."""
+    flask = [str(BIN / "flask"), "--app", "tweepy"]
+    subprocess.run([*flask, "schema", stage.get("SCHEMA_REVISION")], env=env, cwd=ROOT, check=True)
+    if seed is not None:
+        subprocess.run([*flask, "seed", "--if-empty", *seed], env=env, cwd=ROOT, check=True)
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if not found:
+        raise SystemExit("nginx is missing: run `make run` as root once, or `sudo apt-get install nginx-light`")
+    return found
+
+
+def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
+    prefix = var / "nginx"
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (prefix / "tmp" / sub).mkdir(parents=True, exist_ok=True)
+    values = {
+        # As root, nginx's workers would drop to `nobody`, who cannot use our socket.
+        "USER_LINE": f"user {getpass.getuser()};" if os.geteuid() == 0 else "",
+        "VAR": str(prefix),
+        "ROOT": str(ROOT),
+        "PORT": str(port),
+        "NGINX_ETC": "/etc/nginx",
+        "UWSGI_SOCKET": str(var / "uwsgi.sock"),
+    }
+    text = stage.config_file("nginx.conf").read_text()
+    for name, value in values.items():
+        text = text.replace("{{%s}}" % name, value)
+    conf = prefix / "nginx.conf"
+    conf.write_text(text)
+    return conf
+
+
+@dataclass
+class Running:
+    stage: Stage
+    url: str
+    var: Path
+    children: list[tuple[str, subprocess.Popen]]
+
+    def alive(self) -> bool:
+        return all(process.poll() is None for _, process in self.children)
+
+    def stop(self) -> None:
+        # Front first: nginx stops taking requests, then the app servers go.
+        for name, process in self.children:
+            if process.poll() is None:
+                process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            (self.var / f"{name}.pid").unlink(missing_ok=True)
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stop()
+
+
+def _spawn(name: str, command: list[str], env: dict[str, str], var: Path) -> subprocess.Popen:
+    log = open(var / f"{name}.log", "ab")
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    (var / f"{name}.pid").write_text(f"{process.pid}\n")
+    return process
+
+
+def wait_healthy(url: str, children, var: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, process in children:
+            if process.poll() is not None:
+                tail = (var / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with {process.returncode} while starting:\n{tail}")
+        try:
+            with urllib.request.urlopen(url + "healthz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url}healthz did not answer within {timeout:.0f}s (logs in {var})")
+
+
+def start(
+    stage: Stage,
+    *,
+    port: int | None = None,
+    var: Path = VAR,
+    env: dict[str, str] | None = None,
+    seed: list[str] | None = None,
+) -> Running:
+    """Start a stage on 127.0.0.1 and return once /healthz answers."""
+    port = port or stage.default_port
+    var.mkdir(parents=True, exist_ok=True)
+    full_env = stage_env(stage, var, port, env)
+    prepare_database(stage, full_env, seed)
+    url = f"http://127.0.0.1:{port}/"
+    children: list[tuple[str, subprocess.Popen]] = []
+    try:
+        if stage.server == "dev":
+            children.append(("dev", _spawn("dev", [sys.executable, "run.py"], full_env, var)))
+        elif stage.server == "uwsgi":
+            conf = write_nginx_conf(stage, var, port)
+            nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
+            children.append(("nginx", _spawn("nginx", nginx, full_env, var)))
+            uwsgi = [str(BIN / "uwsgi"), "--ini", str(stage.config_file("uwsgi.ini"))]
+            children.append(("uwsgi", _spawn("uwsgi", uwsgi, full_env, var)))
+        else:
+            raise SystemExit(f"stage {stage.number}: unknown TWEEPY_SERVER={stage.server!r}")
+        wait_healthy(url, children, var)
+    except BaseException:
+        Running(stage, url, var, children).stop()
+        raise
+    return Running(stage, url, var, children)
+
+
+def stop_all(var: Path = VAR) -> None:
+    """Stop every server a pid file under ``var`` names, if it is still ours."""
+    for pid_file in sorted(var.rglob("*.pid")):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (ValueError, IndexError, OSError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if not any(name in command for name in ("nginx", "uwsgi", "run.py")):
+            pid_file.unlink(missing_ok=True)
+            continue
+        print(f"==> stopping {pid_file.stem} (pid {pid})")
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(150):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.stages", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a stage in the foreground")
+    run.add_argument("stage", type=int)
+    run.add_argument("--port", type=int)
+    run.add_argument("--seed", default="--users 1000 --tweets 100000 --follows 20", help="seed options if the database is empty")
+    commands.add_parser("stop", help="stop anything left running")
+    commands.add_parser("list", help="list the stages")
+    args = parser.parse_args(argv)
+
+    if args.command == "list":
+        for stage in all_stages():
+            print(f"{stage.number}  {stage.name:<12} {stage.server:<6} {stage.folder.relative_to(ROOT)}")
+        return 0
+    if args.command == "stop":
+        stop_all()
+        return 0
+
+    stage = get_stage(args.stage)
+    print(f"==> stage {stage.number} ({stage.name}): starting, runtime files under {VAR.relative_to(ROOT)}/")
+    running = start(stage, port=args.port, seed=args.seed.split())
+    print(f"==> stage {stage.number} ({stage.name}) is up at {running.url}  (Ctrl-C stops it)", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while running.alive():
+            time.sleep(0.5)
+        print("==> a server exited; stopping the stage", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, SystemExit):
+        return 0
+    finally:
+        running.stop()
+        print(f"==> stage {stage.number} stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
