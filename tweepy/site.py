@@ -17,8 +17,9 @@ bp = Blueprint("site", __name__)
 @bp.app_context_processor
 def page_helpers() -> dict:
     return {
-        # One CSRF-only form for every button of a page (follow, delete, log out).
-        "action_form": ActionForm(),
+        # One CSRF-only form for every button of a page (follow, delete, log out);
+        # only rendered, so it never reads the request body (which may be what failed).
+        "action_form": ActionForm(formdata=None),
         # Where the buttons of this page send people back to.
         "here": request.full_path.rstrip("?"),
     }
