@@ -105,7 +105,6 @@ def stage_env(stage: Stage, var: Path, port: int, extra: dict[str, str] | None =
         TWEEPY_HOST="127.0.0.1",
         TWEEPY_PORT=str(port),
         TWEEPY_PROCESSES=str(stage.processes),
-        TWEEPY_LISTEN=stage.get("LISTEN"),
         TWEEPY_GEVENT=stage.get("GEVENT"),
         PYTHONUNBUFFERED="1",
     )
@@ -224,7 +223,7 @@ def start(
             conf = write_nginx_conf(stage, var, port)
             nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
             children.append(("nginx", _spawn("nginx", nginx, full_env, var)))
-            uwsgi = [str(BIN / "uwsgi"), "--ini", str(stage.config_file("uwsgi.ini"))]
+            uwsgi = [str(BIN / "uwsgi"), "--ini", str(stage.config_file("uwsgi.ini")), "--listen", stage.get("LISTEN")]
             children.append(("uwsgi", _spawn("uwsgi", uwsgi, full_env, var)))
         else:
             raise SystemExit(f"stage {stage.number}: unknown TWEEPY_SERVER={stage.server!r}")
