@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAGE  ?= 6
+# The best single-machine stage; on a branch made by stages/branches, that branch's stage.
+STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
 .PHONY: help setup run stop test bench clean
 .DEFAULT_GOAL := help
