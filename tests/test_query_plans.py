@@ -1,0 +1,74 @@
+"""The reads the protocol makes use indexes: EXPLAIN QUERY PLAN of the real
+statements, captured as the query functions run them (stage 3 and up)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import event
+
+from tweepy import queries
+from tweepy.extensions import db
+
+
+@pytest.fixture
+def plans(app):
+    """Run a read and return the query plan of each statement it sent."""
+
+    def explain(read, *args):
+        statements = []
+
+        def capture(_conn, _cursor, statement, parameters, _context, _executemany):
+            statements.append((statement, parameters))
+
+        with app.test_request_context():
+            event.listen(db.engine, "before_cursor_execute", capture)
+            try:
+                read(*args)
+            finally:
+                event.remove(db.engine, "before_cursor_execute", capture)
+            assert statements, f"{read.__name__} sent no query"
+            connection = db.session.connection().connection.driver_connection
+            return [
+                " / ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + sql, params))
+                for sql, params in statements
+            ]
+
+    return explain
+
+
+def test_timeline_reads_each_authors_index_range_without_scanning_tweets(plans):
+    for plan in plans(queries.timeline_of, 1) + plans(queries.timeline_of, 1, 1000):
+        assert "SCAN tweets" not in plan
+        assert "USING INDEX ix_tweets_author_id_id" in plan
+        assert "USING PRIMARY KEY" in plan or "USING COVERING INDEX" in plan  # the follows of user 1
+
+
+def test_profile_reads_one_index_range(plans):
+    for plan in plans(queries.tweets_by, 1) + plans(queries.tweets_by, 1, 1000):
+        assert "SCAN tweets" not in plan
+        assert "USING INDEX ix_tweets_author_id_id" in plan
+        assert "TEMP B-TREE" not in plan, "the index gives the order: nothing to sort"
+
+
+def test_users_page_walks_the_primary_key_in_order(plans):
+    (plan,) = plans(queries.users_page, 3)
+    assert "tweets" not in plan
+    assert "TEMP B-TREE" not in plan, "the primary key gives the order: nothing to sort"
+
+
+def test_following_and_user_lookups_use_keys(plans):
+    for plan in plans(queries.following_of, 1) + plans(queries.user_named, "Alice") + plans(queries.user_by_id, 1):
+        assert "SCAN" not in plan
+
+
+def test_before_the_index_migration_the_timeline_scans_tweets(make_app, plans):
+    """Stages 0-2 run at revision 0001: the check above can fail, and does there.
+
+    (make_app builds on the same database file as the `plans` fixture's app.)
+    """
+    from flask_migrate import downgrade
+
+    app = make_app()
+    with app.app_context():
+        downgrade(revision="0001")
+    assert any("SCAN tweets" in plan for plan in plans(queries.timeline_of, 1))
