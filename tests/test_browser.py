@@ -15,6 +15,8 @@ import pytest
 
 from live_server import free_port, run, serve
 
+pytestmark = pytest.mark.integration
+
 CHROMIUM = "/usr/bin/chromium"
 # Flags for a root user on a machine without network: no sandbox, no GPU, no calls home.
 CHROMIUM_ARGS = [
@@ -58,14 +60,14 @@ def chromium():
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as error:
-        pytest.fail(f"Playwright for Python is not installed ({error}); run `make test`, which installs requirements.txt")
+        pytest.fail(f"Playwright for Python is not installed ({error}); run `make test`, which installs requirements.txt", pytrace=False)
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install chromium`")
+        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install chromium`", pytrace=False)
     with sync_playwright() as playwright:
         try:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         except Error as error:
-            pytest.fail(f"chromium ({CHROMIUM}) could not start:\n{error}")
+            pytest.fail(f"chromium ({CHROMIUM}) could not start:\n{error}", pytrace=False)
         yield browser
         browser.close()
 
