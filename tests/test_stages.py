@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tools import stages
-from tests.live_server import free_port
+from live_server import free_port
 
 pytestmark = pytest.mark.integration
 
