@@ -8,7 +8,7 @@ from flask_login import current_user, login_required
 from . import queries, writes
 from .forms import ActionForm, TweetForm
 from .navigation import go_back
-from .paging import tweet_id_arg
+from .paging import LARGEST_ID, tweet_id_arg
 
 bp = Blueprint("tweets", __name__, url_prefix="/tweets")
 
@@ -35,7 +35,8 @@ def post():
     return redirect(url_for("tweets.timeline"), code=303)
 
 
-@bp.post("/<int:tweet_id>/delete")
+# Bounded like the ids themselves: a bigger number is a missing tweet (404), not an overflow.
+@bp.post(f"/<int(max={LARGEST_ID}):tweet_id>/delete")
 @login_required
 def delete(tweet_id: int):
     writes.delete_tweet(current_user.id, tweet_id)

@@ -1,0 +1,282 @@
+"""CACHE=local: per-process caches kept honest by the invalidation log.
+
+Two uWSGI workers are two app objects on one SQLite file, each with its own
+in-process cache. A person's browser keeps one session cookie whichever
+process the load balancer hands each request to. The promises (cache.py):
+the writer sees their own write at once on every process; everyone else sees
+it within CACHE_SYNC_INTERVAL; and a cached page shows what an uncached one would.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import Browser
+from pages import form_actions, sign_up, tweet_ids, tweet_texts, user_names, without_csrf_tokens
+from stored import add_follow, add_tweets, add_users, user_id
+
+from tweepy import queries
+from tweepy.cache import cache
+
+A, B = 0, 1
+# Long enough that only read-your-writes, not the periodic sync, can explain a fresh page.
+NEVER = 600.0
+SYNC_INTERVAL = 0.2
+
+
+class OnePersonsBrowser:
+    """One browser, one cookie jar, its requests spread over several processes."""
+
+    def __init__(self, *apps):
+        self.browsers = [Browser(app.test_client()) for app in apps]
+        self.last = self.browsers[0]
+
+    def on(self, process: int) -> Browser:
+        """The browser as the given process sees it: carrying the session cookie the last one set."""
+        browser = self.browsers[process]
+        if browser is not self.last:
+            cookie = self.last.client.get_cookie("session")
+            if cookie is None:
+                browser.client.delete_cookie("session")
+            else:
+                browser.client.set_cookie("session", cookie.value)
+            self.last = browser
+        return browser
+
+
+@pytest.fixture
+def two_processes(make_app):
+    def start(sync_interval: float):
+        return [make_app(CACHE="local", CACHE_SYNC_INTERVAL=sync_interval) for _ in (A, B)]
+
+    return start
+
+
+def cached_keys(app) -> set[str]:
+    return set(app.extensions["tweepy_cache"].entries)
+
+
+def warm(browser: Browser, path: str):
+    """Read a page until its process serves it from the cache (its first request replays the log first)."""
+    browser.get(path)
+    return browser.get(path)
+
+
+# --- read-your-writes -------------------------------------------------------
+
+
+def test_writer_sees_own_new_tweet_on_the_other_process_at_once(two_processes):
+    apps = two_processes(NEVER)
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    assert tweet_texts(warm(alice.on(B), "/tweets/")) == []
+    assert f"tweets_by:{user_id(apps[A], 'alice')}" in cached_keys(apps[B])
+
+    assert alice.on(A).post("/tweets/", {"tweet": "posted on A"}).status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == ["posted on A"]
+    assert tweet_texts(alice.on(B).get("/users/alice/")) == ["posted on A"]
+
+
+def test_writer_sees_followed_users_tweets_on_the_other_process_at_once(two_processes):
+    apps = two_processes(NEVER)
+    sign_up(apps[A], "bob").post("/tweets/", {"tweet": "bob's news"})
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    assert tweet_texts(warm(alice.on(B), "/tweets/")) == []
+    assert "/users/bob/follow" in form_actions(warm(alice.on(B), "/users/bob/"))
+    assert f"following:{user_id(apps[A], 'alice')}" in cached_keys(apps[B])
+
+    assert alice.on(A).post("/users/bob/follow").status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == ["bob's news"]
+    assert "/users/bob/unfollow" in form_actions(alice.on(B).get("/users/bob/"))
+
+
+def test_writer_stops_seeing_unfollowed_users_tweets_on_the_other_process_at_once(two_processes):
+    apps = two_processes(NEVER)
+    sign_up(apps[A], "bob").post("/tweets/", {"tweet": "bob's news"})
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    alice.on(A).post("/users/bob/follow")
+    assert tweet_texts(warm(alice.on(B), "/tweets/")) == ["bob's news"]
+    assert "/users/bob/unfollow" in form_actions(warm(alice.on(B), "/users/bob/"))
+
+    assert alice.on(A).post("/users/bob/unfollow").status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == []
+    assert "/users/bob/follow" in form_actions(alice.on(B).get("/users/bob/"))
+
+
+def test_writer_stops_seeing_deleted_tweet_on_the_other_process_at_once(two_processes):
+    apps = two_processes(NEVER)
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    alice.on(A).post("/tweets/", {"tweet": "keep"})
+    alice.on(A).post("/tweets/", {"tweet": "oops"})
+    warmed = warm(alice.on(B), "/tweets/")
+    assert tweet_texts(warmed) == ["oops", "keep"]
+    assert tweet_texts(warm(alice.on(B), "/users/alice/")) == ["oops", "keep"]
+
+    oops = tweet_ids(warmed)[0]
+    assert alice.on(A).post(f"/tweets/{oops}/delete").status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == ["keep"]
+    assert tweet_texts(alice.on(B).get("/users/alice/")) == ["keep"]
+
+
+def test_new_user_finds_their_profile_and_name_on_the_other_process_at_once(two_processes):
+    apps = two_processes(NEVER)
+    sign_up(apps[B], "bob")
+    carol = OnePersonsBrowser(*apps)
+    assert warm(carol.on(B), "/users/carol/").status_code == 404  # looked before signing up
+    assert "user_named:carol" in cached_keys(apps[B])
+    warm(sign_up(apps[B], "watcher"), "/users/")  # B caches the users list without carol
+    assert "users_page:1" in cached_keys(apps[B])
+
+    assert carol.on(A).register("carol").status_code == 303
+    assert carol.on(B).get("/users/carol/").status_code == 200
+    assert user_names(carol.on(B).get("/users/")) == ["bob", "watcher", "carol"]
+
+
+def test_read_your_writes_holds_when_writes_alternate_between_processes(two_processes):
+    apps = two_processes(NEVER)
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    posted = []
+    for i in range(6):
+        writer, reader = (A, B) if i % 2 == 0 else (B, A)
+        warm(alice.on(reader), "/tweets/")
+        alice.on(writer).post("/tweets/", {"tweet": f"tweet {i} on {'AB'[writer]}"})
+        posted.insert(0, f"tweet {i} on {'AB'[writer]}")
+        assert tweet_texts(alice.on(reader).get("/tweets/")) == posted
+
+
+# --- everybody else: the staleness bound -----------------------------------
+
+
+def test_follower_sees_new_tweet_within_staleness_bound(two_processes):
+    apps = two_processes(SYNC_INTERVAL)
+    alice = sign_up(apps[A], "alice")
+    bob = sign_up(apps[B], "bob")  # bob's requests all go to B
+    bob.post("/users/alice/follow")
+    assert tweet_texts(warm(bob, "/tweets/")) == []
+    assert tweet_texts(warm(bob, "/users/alice/")) == []
+    assert f"tweets_by:{user_id(apps[A], 'alice')}" in cached_keys(apps[B])
+
+    alice.post("/tweets/", {"tweet": "hello followers"})
+    time.sleep(SYNC_INTERVAL * 1.5)
+    assert tweet_texts(bob.get("/tweets/")) == ["hello followers"]
+    assert tweet_texts(bob.get("/users/alice/")) == ["hello followers"]
+
+
+def test_reader_sees_deletes_and_new_users_within_staleness_bound(two_processes):
+    apps = two_processes(SYNC_INTERVAL)
+    alice = sign_up(apps[A], "alice")
+    alice.post("/tweets/", {"tweet": "soon gone"})
+    bob = sign_up(apps[B], "bob")
+    bob.post("/users/alice/follow")
+    warmed = warm(bob, "/tweets/")
+    assert tweet_texts(warmed) == ["soon gone"]
+    assert user_names(warm(bob, "/users/")) == ["alice", "bob"]
+
+    alice.post(f"/tweets/{tweet_ids(warmed)[0]}/delete")
+    sign_up(apps[A], "carol")
+    time.sleep(SYNC_INTERVAL * 1.5)
+    assert tweet_texts(bob.get("/tweets/")) == []
+    assert user_names(bob.get("/users/")) == ["alice", "bob", "carol"]
+
+
+# --- a cached page is the page ----------------------------------------------
+
+PAGES = ["/tweets/", "/users/", "/users/alice/", "/users/bob/", "/users/carol/"]
+
+
+def each_write_of_a_small_world(app):
+    """alice, bob and carol sign up on ``app`` and write; yields once before their writes and after each."""
+    alice, bob, carol = sign_up(app, "alice"), sign_up(app, "bob"), sign_up(app, "carol")
+    people = {"alice": alice, "bob": bob}
+    for browser in people.values():
+        browser.get("/tweets/")  # the welcome message is shown once, on whichever page comes first
+
+    def post(who, url, data=None):
+        return lambda: who.post(url, data)
+
+    def delete_newest_of_bob():
+        return bob.post(f"/tweets/{tweet_ids(bob.get('/users/bob/'))[0]}/delete")
+
+    yield people
+    for write in [
+        post(bob, "/tweets/", {"tweet": "bob 1"}),
+        post(carol, "/tweets/", {"tweet": "carol 1"}),
+        post(alice, "/tweets/", {"tweet": "alice 1"}),
+        post(alice, "/users/bob/follow"),
+        post(alice, "/users/carol/follow"),
+        lambda: sign_up(app, "dave").post("/tweets/", {"tweet": "dave 1"}),
+        post(bob, "/tweets/", {"tweet": "bob 2"}),
+        post(bob, "/tweets/", {"tweet": "bob oops"}),
+        delete_newest_of_bob,
+        post(alice, "/users/carol/unfollow"),
+        post(carol, "/users/alice/follow"),
+        post(bob, "/users/alice/follow"),
+    ]:
+        assert write().status_code == 303
+        yield people
+
+
+@pytest.mark.parametrize("mode", ["none", "local"])
+def test_pages_show_the_same_content_with_or_without_the_cache(make_app, mode):
+    app = make_app(CACHE=mode, CACHE_SYNC_INTERVAL=NEVER)
+    for people in each_write_of_a_small_world(app):
+        for browser in people.values():  # read everything between writes, filling the cache
+            for page in PAGES:
+                browser.get(page)
+    alice = people["alice"]
+    assert tweet_texts(alice.get("/tweets/")) == ["bob 2", "alice 1", "bob 1"]
+    assert tweet_texts(alice.get("/users/bob/")) == ["bob 2", "bob 1"]
+    assert tweet_texts(alice.get("/users/carol/")) == ["carol 1"]
+    users = alice.get("/users/")
+    assert user_names(users) == ["alice", "bob", "carol", "dave"]
+    actions = form_actions(users)
+    assert "/users/bob/unfollow" in actions and "/users/carol/follow" in actions
+    assert "/users/carol/follow" in form_actions(alice.get("/users/carol/"))
+    assert tweet_texts(people["bob"].get("/tweets/")) == ["bob 2", "alice 1", "bob 1"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_cached_page_is_byte_for_byte_the_uncached_page_after_every_write(make_app, page):
+    cached = make_app(CACHE="local", CACHE_SYNC_INTERVAL=NEVER)
+    uncached = make_app(CACHE="none")
+    for people in each_write_of_a_small_world(cached):
+        for name, browser in people.items():
+            from_cache = browser.get(page)
+            assert from_cache.status_code == 200
+            # The same person (same session cookie) asking a process without a cache.
+            other = uncached.test_client()
+            other.set_cookie("session", browser.client.get_cookie("session").value)
+            assert without_csrf_tokens(from_cache) == without_csrf_tokens(other.get(page)), name
+            browser.get(page)  # now surely cached, for the next write to make stale
+
+
+# --- the merged timeline ----------------------------------------------------
+
+
+@pytest.mark.parametrize("tweets_each", [3, 40, 120])
+def test_cached_timeline_merge_returns_the_same_rows_as_the_sql_query(make_app, tweets_each):
+    uncached, cached = make_app(CACHE="none"), make_app(CACHE="local")
+    reader, *authors, stranger = add_users(uncached, "reader", "a1", "a2", "a3", "stranger")
+    for author in authors:
+        add_follow(uncached, reader, author)
+    for i in range(tweets_each):  # interleaved, unevenly: a1 twice as often as the others
+        for author in (authors[0], reader, authors[0], authors[1], stranger, authors[2]):
+            add_tweets(uncached, author, f"tweet {i} by {author}")
+
+    with uncached.app_context():
+        assert not cache().enabled
+        expected = queries.timeline_of(reader)
+    assert len(expected) == min(50, tweets_each * 5)
+    assert stranger not in {row.author_id for row in expected}
+
+    with cached.app_context():
+        assert cache().enabled
+        merged = queries.timeline_of(reader)
+        assert {f"tweets_by:{author}" for author in (reader, *authors)} <= set(cache().entries)
+        assert queries.timeline_of(reader) == merged  # again, now all from the cache
+    assert merged == expected

@@ -1,0 +1,195 @@
+"""What belongs to every page: the health check, error pages, body size, CSRF and
+login rules across all endpoints, and the URL map itself."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import csrf_token
+from pages import text_of
+from stored import add_tweets, add_users, count
+
+from tweepy.models import Follow, Tweet, User
+
+MIB = 1024 * 1024
+
+# Every route of the app: the URL contract of issue 2, nothing more (no endpoint wipes data).
+CONTRACT = {
+    ("/", frozenset({"GET", "POST"})),
+    ("/register/", frozenset({"GET", "POST"})),
+    ("/logout/", frozenset({"POST"})),
+    ("/tweets/", frozenset({"GET", "POST"})),
+    ("/tweets/<int:tweet_id>/delete", frozenset({"POST"})),
+    ("/users/", frozenset({"GET"})),
+    ("/users/<name>/", frozenset({"GET"})),
+    ("/users/<name>/follow", frozenset({"POST"})),
+    ("/users/<name>/unfollow", frozenset({"POST"})),
+    ("/healthz", frozenset({"GET"})),
+    ("/static/<path:filename>", frozenset({"GET"})),
+}
+
+LOGIN_REQUIRED = [
+    ("GET", "/tweets/"),
+    ("GET", "/users/"),
+    ("POST", "/tweets/"),
+    ("POST", "/tweets/1/delete"),
+    ("POST", "/users/bob/follow"),
+    ("POST", "/users/bob/unfollow"),
+]
+
+
+def test_url_map_is_the_contract(app):
+    routes: dict[str, set[str]] = {}
+    for rule in app.url_map.iter_rules():
+        # Converter arguments (a bounded int, say) do not change the contract.
+        path = re.sub(r"<int\([^)]*\):", "<int:", rule.rule)
+        routes.setdefault(path, set()).update(rule.methods - {"HEAD", "OPTIONS"})
+    assert {(path, frozenset(methods)) for path, methods in routes.items()} == CONTRACT
+
+
+def test_healthz_says_ok_when_the_database_answers(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.get_data(as_text=True).strip() == "ok"
+    assert response.mimetype == "text/plain"
+
+
+def test_healthz_needs_no_login_and_sets_no_session(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert "Set-Cookie" not in response.headers
+
+
+def test_healthz_reports_503_when_the_database_is_gone(make_app, tmp_path):
+    app = make_app(DATABASE_URL=f"sqlite:///{tmp_path / 'healthz.sqlite3'}")
+    (tmp_path / "healthz.sqlite3").unlink()
+    (tmp_path / "healthz.sqlite3").mkdir()  # the database file is now a directory: unopenable
+    with app.app_context():
+        from tweepy.extensions import db
+
+        db.engine.dispose()
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 503
+
+
+@pytest.mark.parametrize("path", ["/nowhere", "/tweets/abc/delete", "/users/bob/tweets", "/tweets/1/", "/static/nothing.css"])
+def test_unknown_path_is_a_styled_404_page(client, path):
+    response = client.get(path)
+    assert response.status_code == 404
+    page = text_of(response)
+    assert '<link rel="stylesheet" href="/static/style.css">' in page
+    assert "404 · Not Found" in page
+    assert 'href="/register/"' in page  # the site's navigation, not a bare error
+
+
+def test_stylesheet_is_served_locally(client):
+    response = client.get("/static/style.css")
+    assert response.status_code == 200
+    assert response.mimetype == "text/css"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("GET", "/logout/", {"POST"}),
+        ("GET", "/tweets/1/delete", {"POST"}),
+        ("GET", "/users/bob/follow", {"POST"}),
+        ("GET", "/users/bob/unfollow", {"POST"}),
+        ("PUT", "/tweets/", {"GET", "HEAD", "POST"}),
+        ("DELETE", "/tweets/", {"GET", "HEAD", "POST"}),
+        ("DELETE", "/users/bob/", {"GET", "HEAD"}),
+        ("POST", "/users/", {"GET", "HEAD"}),
+        ("POST", "/healthz", {"GET", "HEAD"}),
+        ("PATCH", "/", {"GET", "HEAD", "POST"}),
+    ],
+)
+def test_wrong_method_is_405_with_an_allow_header(alice, method, path, allowed):
+    response = alice.client.open(path, method=method)
+    assert response.status_code == 405
+    assert {m.strip() for m in response.headers["Allow"].split(",")} - {"OPTIONS"} == allowed
+    assert "405 · Method Not Allowed" in text_of(response)
+
+
+def test_tweet_body_over_1_mib_is_413_and_stores_nothing(app, alice):
+    token = csrf_token(alice.get("/tweets/"))
+    response = alice.client.post("/tweets/", data={"tweet": "x" * MIB, "csrf_token": token})
+    assert response.status_code == 413
+    assert "413" in text_of(response)
+    assert count(app, Tweet) == 0
+
+
+@pytest.mark.parametrize("path", ["/", "/register/", "/logout/", "/users/bob/follow"])
+def test_any_body_over_1_mib_is_413(client, path):
+    response = client.post(path, data={"padding": "x" * MIB})
+    assert response.status_code == 413
+
+
+def test_multipart_body_over_1_mib_is_413(client):
+    response = client.post("/", data={"padding": "x" * MIB}, content_type="multipart/form-data")
+    assert response.status_code == 413
+
+
+def test_raw_body_over_1_mib_is_413(client):
+    response = client.post("/", data=b"x" * (MIB + 1), content_type="application/octet-stream")
+    assert response.status_code == 413
+
+
+def test_body_under_the_limit_is_not_413(app, alice):
+    token = csrf_token(alice.get("/tweets/"))
+    response = alice.client.post("/tweets/", data={"tweet": "fine", "padding": "x" * 1000, "csrf_token": token})
+    assert response.status_code == 303
+
+
+@pytest.mark.parametrize(("method", "path"), LOGIN_REQUIRED)
+def test_logged_out_visitor_is_sent_to_the_login_page(app, client, method, path):
+    (bob_id,) = add_users(app, "bob")
+    add_tweets(app, bob_id, "bob's")
+    token = csrf_token(client.get("/"))
+    response = client.open(path, method=method, data={"csrf_token": token, "tweet": "anonymous"} if method == "POST" else None)
+    assert response.status_code in (302, 303)
+    assert response.headers["Location"].split("?")[0] == "/"
+    assert (count(app, Tweet), count(app, Follow)) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("path", "data"),
+    [
+        ("/", {"name": "bob", "password": "correct horse"}),
+        ("/register/", {"name": "eve", "email": "eve@example.com", "password": "long enough", "confirm": "long enough"}),
+        ("/logout/", {}),
+        ("/tweets/", {"tweet": "forged"}),
+        ("/tweets/1/delete", {}),
+        ("/users/bob/follow", {}),
+        ("/users/bob/unfollow", {}),
+    ],
+)
+def test_every_post_with_a_forged_csrf_token_is_400_and_changes_nothing(app, alice, path, data):
+    (bob_id,) = add_users(app, "bob")
+    add_tweets(app, bob_id, "bob's")
+    before = (count(app, User), count(app, Tweet), count(app, Follow))
+    response = alice.client.post(path, data={**data, "csrf_token": "forged"})
+    assert response.status_code == 400
+    assert "Form expired" in text_of(response)
+    assert (count(app, User), count(app, Tweet), count(app, Follow)) == before
+    assert alice.get("/tweets/").status_code == 200  # still logged in as before
+
+
+def test_csrf_token_of_another_session_is_refused(app, alice):
+    other = app.test_client()
+    stolen = csrf_token(other.get("/"))
+    response = alice.client.post("/tweets/", data={"tweet": "forged", "csrf_token": stolen})
+    assert response.status_code == 400
+    assert count(app, Tweet) == 0
+
+
+@pytest.mark.parametrize("body", ['{"tweet": "json"}', "not json", "[1, 2]"])
+def test_json_post_without_csrf_token_is_400_not_500(app, alice, body):
+    response = alice.client.post("/tweets/", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert count(app, Tweet) == 0
+
+
+def test_pages_load_nothing_from_other_sites(alice):
+    page = text_of(alice.get("/tweets/"))
+    assert "http://" not in page and "https://" not in page  # usable without network access
