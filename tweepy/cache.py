@@ -189,9 +189,10 @@ def init_app(app: Flask) -> None:
 
     @app.before_request
     def catch_up_with_other_processes() -> None:
-        # Taken before any query: reads of this request cannot predate it.
-        g.cache_epoch = backend.evictions
         backend.sync(at_least=session.get(SESSION_KEY))
+        # This request's reads all come after the sync, so they may fill what it
+        # evicted; a key evicted after this point was changed under them, and is not stored.
+        g.cache_epoch = backend.evictions
 
     @app.after_request
     def remember_own_writes(response):

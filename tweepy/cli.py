@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import click
 from flask import Flask, current_app
+from flask.cli import with_appcontext
 from sqlalchemy import func, insert, select
 
 from .extensions import bcrypt, db
@@ -34,6 +35,7 @@ def _batches(rows, size=BATCH):
 
 
 @click.command("seed")
+@with_appcontext
 @click.option("--users", default=1000, show_default=True, help="users user1..userN")
 @click.option("--tweets", default=100_000, show_default=True, help="tweets spread over the last year")
 @click.option("--follows", default=20, show_default=True, help="users each user follows")
@@ -91,6 +93,7 @@ def seed_command(users: int, tweets: int, follows: int, rng_seed: int, if_empty:
 
 
 @click.command("schema")
+@with_appcontext
 @click.argument("revision")
 def schema_command(revision: str) -> None:
     """Move the schema to REVISION ('head', '0001'...), upgrading or downgrading as needed.
