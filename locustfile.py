@@ -1,0 +1,304 @@
+"""The tweepy benchmark protocol (issue 4): the same realistic traffic and the same pass/fail bar for every stage.
+
+A closed loop of Locust ``FastHttpUser``s, each thinking 0.5-1.5 s between tasks, logged in as a
+seeded user ``user<k>`` (k random in 1..TWEEPY_SEED_USERS, password ``tweepy123``). Forms are
+filled like a browser fills them: the CSRF token comes from the last page fetched (Flask-WTF
+tokens belong to the session, which keeps them across log in and log out, and live an hour),
+and a fresh page is fetched only where a browser would fetch one anyway: the login and
+register forms. Redirects are never followed, so one locust request is one server request;
+each one's status is checked (200 for a page, 303 where the URL contract redirects) and
+anything else is a failure with a short, stable message (so the error table groups them).
+
+Requests made by each task, with the stats name in brackets where it differs from the path:
+
+    on start (once per user)   GET / -> 200 (the login form), POST / -> 303 to /tweets/
+    register          x1       POST /logout/ -> 303, GET /register/ -> 200,
+                               POST /register/ -> 303 (a brand-new user, who carries on)
+    log out + log in  x2       POST /logout/ -> 303, GET / -> 200, POST / -> 303 (the same user again)
+    list tweets       x200     GET /tweets/ -> 200
+    write a tweet     x20      POST /tweets/ -> 303
+    list users        x5       GET /users/?page=<random page of the seeded users> [/users/?page=[n]] -> 200
+    follow            x5       POST /users/user<j>/follow [/users/[name]/follow] -> 303
+    unfollow          x5       POST /users/<someone>/unfollow [/users/[name]/unfollow] -> 303
+
+The weights are the talk's: 238 tasks, 3 of them hashing a password with bcrypt. Logins are
+measured like everything else (on start included); nothing is hidden from the stats.
+
+The bar: p95 < TWEEPY_BAR_P95_MS (default 2000) and at most TWEEPY_BAR_FAILURES failures
+(default 0). When locust quits, one line says ``BAR MET: ...`` or ``BAR MISSED: ...`` and a
+missed bar makes the process exit with 1, so ``locust -f locustfile.py --headless ...`` works
+in scripts; with the web UI, the line is also printed each time a test is stopped. With
+``--processes N`` only the master judges, from the stats of all workers.
+
+Settings (environment): TWEEPY_SEED_USERS (default 10000, the users the database was seeded
+with), TWEEPY_PAGE_SIZE (default 50, users per page of /users/), TWEEPY_BAR_P95_MS,
+TWEEPY_BAR_FAILURES. Pass the server with -H (default http://127.0.0.1:5000, ``python run.py``).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import random
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import gevent
+from locust import FastHttpUser, between, events, task
+from locust.runners import WORKER_REPORT_INTERVAL, MasterRunner, WorkerRunner
+
+SEED_PASSWORD = "tweepy123"
+NEW_USER_PASSWORD = "tweepy123"
+
+
+# --- Settings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    max_p95_ms: float = 2000.0  # the p95 must stay strictly below this
+    max_failures: int = 0
+
+
+def _number(environ: Mapping[str, str], name: str, default, kind, smallest):
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a {kind.__name__}") from None
+    if not value >= smallest:  # also refuses NaN
+        raise ValueError(f"{name}={raw!r} must be at least {smallest}")
+    return value
+
+
+def bar_from_env(environ: Mapping[str, str]) -> Bar:
+    return Bar(
+        max_p95_ms=_number(environ, "TWEEPY_BAR_P95_MS", Bar.max_p95_ms, float, 1),
+        max_failures=_number(environ, "TWEEPY_BAR_FAILURES", Bar.max_failures, int, 0),
+    )
+
+
+SEED_USERS = _number(os.environ, "TWEEPY_SEED_USERS", 10_000, int, 2)  # 2: someone else to follow
+PAGE_SIZE = _number(os.environ, "TWEEPY_PAGE_SIZE", 50, int, 1)
+BAR = bar_from_env(os.environ)
+
+
+# --- Pure helpers (unit-tested in tests/test_locustfile.py) -----------------------------------
+
+
+def verdict(num_requests: int, num_failures: int, p95_ms: float, rps: float, bar: Bar = Bar()) -> tuple[bool, str]:
+    """Whether a run meets the bar, and the one line that says so."""
+    figures = (
+        f"{rps:.1f} req/s, p95 {p95_ms:.0f} ms, {num_failures} failures in {num_requests} requests"
+        f" (bar: p95 < {bar.max_p95_ms:.0f} ms, at most {bar.max_failures} failures)"
+    )
+    misses = []
+    if num_requests == 0:
+        misses.append("no requests were made")
+    if p95_ms >= bar.max_p95_ms:
+        misses.append("p95 too slow")
+    if num_failures > bar.max_failures:
+        misses.append("too many failures")
+    if misses:
+        return False, f"BAR MISSED: {figures}: {', '.join(misses)}"
+    return True, f"BAR MET: {figures}"
+
+
+_CSRF_INPUT = re.compile(r"""<input\b[^>]*\bname\s*=\s*["']?csrf_token["'\s/>][^>]*>""", re.IGNORECASE)
+_VALUE = re.compile(r"""\bvalue\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.IGNORECASE)
+
+
+def csrf_token_of(page: str) -> str | None:
+    """The CSRF token of the first form of an HTML page that has one (Flask-WTF's hidden ``csrf_token``)."""
+    tag = _CSRF_INPUT.search(page)
+    if tag is None:
+        return None
+    value = _VALUE.search(tag.group(0))
+    if value is None:
+        return None
+    token = html.unescape(next(group for group in value.groups() if group is not None))
+    return token or None
+
+
+def new_user_name() -> str:
+    """A name nobody has, not even a user registered by another locust process: 32 of [a-z0-9_]."""
+    return "new_" + uuid.uuid4().hex[:28]
+
+
+_FORM_ERROR = re.compile(r'<p class="error">([^<]{1,120})</p>')
+
+
+def explain(status: int, location: str | None = None, page: str = "", error: BaseException | None = None) -> str:
+    """What an unexpected answer was, in words stable enough for locust to group the failures."""
+    if status == 0:
+        return f"no answer ({type(error).__name__ if error else 'connection failed'})"
+    if 300 <= status < 400:
+        return f"{status} redirect to {urlsplit(location or '').path or '(no Location)'}"
+    if status == 400 and "Form expired" in page:
+        return "400 CSRF token rejected"
+    form_error = _FORM_ERROR.search(page)
+    if form_error:
+        return f"{status} form error: {html.unescape(form_error.group(1)).strip()}"
+    return f"{status}"
+
+
+# --- The protocol -----------------------------------------------------------------------------
+
+
+class Visitor(FastHttpUser):
+    """Someone using tweepy in a browser, at the talk's mix of actions."""
+
+    host = "http://127.0.0.1:5000"  # run.py; -H or the web UI choose another
+    wait_time = between(0.5, 1.5)
+
+    def on_start(self) -> None:
+        self.token: str | None = None  # the CSRF token of the last page fetched
+        self.followed: set[str] = set()
+        self.seed_index: int | None = random.randint(1, SEED_USERS)
+        self.name = f"user{self.seed_index}"
+        self.password = SEED_PASSWORD
+        self.log_in()
+
+    # One request each, checked; what they return is falsy when the answer was wrong.
+
+    def _page(self, path: str, name: str | None = None) -> bool:
+        """GET a page (200) and keep its CSRF token for the next form."""
+        with self.client.get(path, name=name, allow_redirects=False, catch_response=True) as response:
+            if response.status_code != 200:
+                response.failure(f"expected 200, got {self._explain(response)}")
+                return False
+            token = csrf_token_of(response.text or "")
+            if token is None:
+                response.failure("the page has no CSRF token")
+                return False
+            self.token = token
+            response.success()
+            return True
+
+    def _form(self, path: str, fields: dict[str, str], name: str | None = None, to: str | None = None) -> str | None:
+        """POST a form with the current CSRF token; expect a 303 (to the path ``to``, when given).
+
+        Returns the path redirected to, or None when the answer was wrong."""
+        data = {"csrf_token": self.token or "", **fields}
+        with self.client.post(path, data=data, name=name, allow_redirects=False, catch_response=True) as response:
+            location = response.headers.get("Location") if response.headers else None
+            if response.status_code != 303:
+                response.failure(f"expected 303, got {self._explain(response)}")
+                return None
+            target = urlsplit(location or "").path
+            if to is not None and target != to:
+                response.failure(f"expected 303 to {to}, got {self._explain(response)}")
+                return None
+            response.success()
+            return target
+
+    @staticmethod
+    def _explain(response) -> str:
+        location = response.headers.get("Location") if response.headers else None
+        page = (response.text or "") if response.status_code >= 400 else ""
+        return explain(response.status_code, location, page, getattr(response, "error", None))
+
+    # The steps of the tasks.
+
+    def log_in(self) -> None:
+        if self._page("/"):
+            self._form("/", {"name": self.name, "password": self.password, "next": ""}, to="/tweets/")
+
+    def log_out(self) -> bool:
+        return self._form("/logout/", {}, to="/") is not None
+
+    def _someone_else(self) -> str:
+        while True:
+            other = random.randint(1, SEED_USERS)
+            if other != self.seed_index:  # following yourself is a 400 by design
+                return f"user{other}"
+
+    # The tasks, weighted as in the talk.
+
+    @task(1)
+    def register(self) -> None:
+        if not self.log_out() or not self._page("/register/"):
+            return
+        name = new_user_name()
+        password = NEW_USER_PASSWORD
+        fields = {"name": name, "email": f"{name}@example.com", "password": password, "confirm": password}
+        target = self._form("/register/", fields)
+        if target is None:
+            return
+        self.name, self.password, self.seed_index = name, NEW_USER_PASSWORD, None
+        self.followed.clear()
+        if target != "/tweets/":  # the contract lets registering send people to the login form instead
+            self.log_in()
+
+    @task(2)
+    def log_out_and_in(self) -> None:
+        if self.log_out():
+            self.log_in()
+
+    @task(200)
+    def list_tweets(self) -> None:
+        self._page("/tweets/")
+
+    @task(20)
+    def write_tweet(self) -> None:
+        words = random.choices(_WORDS, k=random.randint(3, 20))
+        self._form("/tweets/", {"tweet": " ".join(words)}, to="/tweets/")
+
+    @task(5)
+    def list_users(self) -> None:
+        page = random.randint(1, math.ceil(SEED_USERS / PAGE_SIZE))
+        self._page(f"/users/?page={page}", name="/users/?page=[n]")
+
+    @task(5)
+    def follow(self) -> None:
+        other = self._someone_else()
+        if self._form(f"/users/{other}/follow", {"next": "/users/"}, name="/users/[name]/follow") is not None:
+            self.followed.add(other)
+
+    @task(5)
+    def unfollow(self) -> None:
+        # Someone followed earlier in this session when there is one, so most unfollows delete a row.
+        other = self.followed.pop() if self.followed else self._someone_else()
+        self._form(f"/users/{other}/unfollow", {"next": "/users/"}, name="/users/[name]/unfollow")
+
+
+_WORDS = (
+    "locusts are hungry early today the queue grows robots serve faster cache reads "
+    "scale vertically bob has an idea paging is hard but necessary coffee lunch rush"
+).split()
+
+
+# --- The verdict ------------------------------------------------------------------------------
+
+
+def _judge(environment) -> tuple[bool, str]:
+    total = environment.stats.total
+    return verdict(
+        total.num_requests, total.num_failures, total.get_response_time_percentile(0.95), total.total_rps, BAR
+    )
+
+
+@events.test_stop.add_listener
+def _say_verdict_when_a_web_ui_test_stops(environment, **_kwargs) -> None:
+    # Headless runs say it once, on quitting, from the final stats.
+    if isinstance(environment.runner, WorkerRunner) or getattr(environment.parsed_options, "headless", True):
+        return
+    # A master's last numbers arrive with the workers' next periodic report.
+    lag = WORKER_REPORT_INTERVAL + 1 if isinstance(environment.runner, MasterRunner) else 0
+    gevent.spawn_later(lag, lambda: print(_judge(environment)[1], flush=True))
+
+
+@events.quitting.add_listener
+def _say_verdict_and_set_exit_code(environment, **_kwargs) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    ok, line = _judge(environment)
+    print(line, flush=True)
+    if not ok:
+        environment.process_exit_code = 1
