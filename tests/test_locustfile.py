@@ -204,3 +204,9 @@ def test_importing_the_protocol_left_the_process_unpatched(protocol):
 
     assert not socket.socket.__module__.startswith("gevent")
     assert "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
+
+
+def test_the_benchmark_waits_for_the_first_logins_under_the_protocols_name(protocol):
+    from tools import bench_shape
+
+    assert bench_shape.FIRST_LOGIN == ("POST", protocol.FIRST_LOGIN)

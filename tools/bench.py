@@ -56,6 +56,7 @@ class Plan:
     ceiling_users: int = 50
     bcrypt_cost: int = 12
     bcrypt_probe_s: float = 5
+    ramp_limit_s: float = 600  # a step whose users are not all logged in by then has missed the bar
     locust_processes: int = 1
     quick: bool = False
 
@@ -63,7 +64,7 @@ class Plan:
     def quick_plan(cls, stage_numbers: list[int]) -> Plan:
         return cls(
             stages=stage_numbers, users=200, tweets=5_000, follows=10, steps=(5,), window_s=3,
-            warmup_s=1, ceiling_s=2, ceiling_users=10, bcrypt_probe_s=1, quick=True,
+            warmup_s=1, ceiling_s=2, ceiling_users=10, bcrypt_probe_s=1, ramp_limit_s=60, quick=True,
         )
 
 
@@ -136,7 +137,8 @@ def free_port() -> int:
 
 
 def locust_command(plan: Plan, files: str, url: str, csv: Path, users: int | None, run_time: float) -> list[str]:
-    command = [str(stages.BIN / "locust"), "-f", files, "--headless", "-H", url, "--csv", str(csv), "--only-summary"]
+    # No trailing slash: locust joins the host and "/tweets/" itself.
+    command = [str(stages.BIN / "locust"), "-f", files, "--headless", "-H", url.rstrip("/"), "--csv", str(csv), "--only-summary"]
     command += ["--run-time", f"{int(run_time)}s", "--stop-timeout", "5", "--loglevel", "WARNING"]
     if users is not None:
         command += ["-u", str(users), "-r", str(users)]
@@ -175,6 +177,7 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path) -> list[dic
         "TWEEPY_BENCH_WINDOW": str(plan.window_s),
         "TWEEPY_BENCH_WARMUP": str(plan.warmup_s),
         "TWEEPY_BENCH_OUT": str(out),
+        "TWEEPY_BENCH_RAMP_LIMIT": str(plan.ramp_limit_s),
         "TWEEPY_BENCH_SERVER_PIDS": " ".join(str(p.pid) for _, p in running.children),
     }
     longest_ramp = max(plan.steps) / spawn_rate + 120
@@ -328,6 +331,7 @@ def chart(report: dict, path: Path) -> None:
     qps = [r["best"]["rps"] if r["best"] else 0 for r in results]
     p95 = [r["best"]["p95_ms"] if r["best"] else None for r in results]
     ladder.bar(labels, qps, color="#1d7fc4")
+    ladder.tick_params(axis="x", labelsize=8)
     ladder.set_ylabel("QPS meeting the bar")
     ladder.set_title("The ladder")
     for x, value in enumerate(qps):
