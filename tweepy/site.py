@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template, request
-from flask_wtf.csrf import CSRFError
+from flask import Blueprint, render_template, request, url_for
+from flask_wtf.csrf import CSRFError, generate_csrf
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 
 from .extensions import db
-from .forms import ActionForm
 
 bp = Blueprint("site", __name__)
 
@@ -17,11 +16,11 @@ bp = Blueprint("site", __name__)
 @bp.app_context_processor
 def page_helpers() -> dict:
     return {
-        # One CSRF-only form for every button of a page (follow, delete, log out);
-        # only rendered, so it never reads the request body (which may be what failed).
-        "action_form": ActionForm(formdata=None),
-        # Where the buttons of this page send people back to.
+        # Where the buttons of this page (follow, delete) send people back to.
         "here": request.full_path.rstrip("?"),
+        # Worked out once a page, not once a button: a page can hold fifty.
+        "csrf": generate_csrf(),
+        "profiles": url_for("users.index"),
     }
 
 
