@@ -4,6 +4,10 @@
     python -m tools.bench --stages "4 5 6"     some stages
     python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
 
+Sizes and steps are settings: TWEEPY_BENCH_USERS, TWEEPY_BENCH_TWEETS,
+TWEEPY_BENCH_FOLLOWS, TWEEPY_BENCH_STEPS ("25 50 100"), TWEEPY_BENCH_WINDOW
+(seconds), LOCUST_PROCESSES, TWEEPY_BCRYPT_LOG_ROUNDS (default 12).
+
 For each stage: a fresh copy of one seeded database, the stage started as
 ``make run`` would, the ceiling of its stack measured (the same load generator
 asking for ``/healthz`` as fast as it can), then the capacity search of
@@ -387,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
     plan = Plan.quick_plan(numbers) if args.quick else Plan(stages=numbers)
     plan.window_s = float(os.environ.get("TWEEPY_BENCH_WINDOW", plan.window_s))
+    if os.environ.get("TWEEPY_BENCH_STEPS"):
+        plan.steps = tuple(int(n) for n in os.environ["TWEEPY_BENCH_STEPS"].replace(",", " ").split())
     plan.locust_processes = int(os.environ.get("LOCUST_PROCESSES", "1"))
     if not args.quick:
         plan.users = int(os.environ.get("TWEEPY_BENCH_USERS", plan.users))
