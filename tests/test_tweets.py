@@ -208,3 +208,19 @@ def test_delete_without_csrf_token_is_400_and_keeps_the_tweet(app, alice):
     (keep,) = tweet_ids(alice.get("/tweets/"))
     assert alice.client.post(f"/tweets/{keep}/delete").status_code == 400
     assert tweets_by(app, "alice") == ["keep"]
+
+
+def test_a_deleted_tweets_id_is_never_given_to_a_new_tweet(app, alice):
+    """Ids are cache keys (rendered tweets) and page bounds: reusing one would show old text."""
+    alice.post("/tweets/", {"tweet": "first"})
+    with app.app_context():
+        from sqlalchemy import func, select
+
+        from tweepy.extensions import db
+        from tweepy.models import Tweet
+
+        newest = db.session.scalar(select(func.max(Tweet.id)))
+    assert alice.post(f"/tweets/{newest}/delete").status_code == 303
+    alice.post("/tweets/", {"tweet": "second"})
+    with app.app_context():
+        assert db.session.scalar(select(func.max(Tweet.id))) == newest + 1

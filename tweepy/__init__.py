@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import cache, cli, config, db_tuning
+from . import cache, cli, config, db_tuning, fragments
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 
@@ -22,6 +22,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     register_database(app)
     register_extensions(app)
     cache.init_app(app)
+    fragments.init_app(app)
     register_blueprints(app)
     cli.init_app(app)
     log_settings(app)

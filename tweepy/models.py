@@ -44,6 +44,8 @@ class Tweet(db.Model):
     __table_args__ = (
         # A profile, and each followed author of a timeline: one range of this index, newest first.
         Index("ix_tweets_author_id_id", "author_id", "id"),
+        # Never reuse the id of a deleted tweet: ids are cache keys and page bounds.
+        {"sqlite_autoincrement": True},
     )
 
 
@@ -64,6 +66,8 @@ class CacheInvalidation(db.Model):
     """The log of cache keys made stale by writes, replayed by every process (see cache.py)."""
 
     __tablename__ = "cache_invalidations"
+    # Processes replay the log by id: an id must never come back.
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(200))

@@ -34,6 +34,8 @@ def upgrade():
         sa.Column("posted", sa.DateTime(), nullable=False),
         sa.ForeignKeyConstraint(["author_id"], ["users.id"], name=op.f("fk_tweets_author_id_users")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tweets")),
+        # Never reuse the id of a deleted tweet: ids are cache keys and page bounds.
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "follows",
@@ -49,6 +51,8 @@ def upgrade():
         sa.Column("key", sa.String(length=200), nullable=False),
         sa.Column("created", sa.DateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_cache_invalidations")),
+        # Processes replay the log by id: an id must never come back.
+        sqlite_autoincrement=True,
     )
 
 
