@@ -42,6 +42,7 @@ from tools import stages
 
 ROOT = stages.ROOT
 RESULTS = ROOT / "results"
+STAGES_README = stages.STAGES / "README.md"
 WORK = stages.VAR / "bench"
 HASHES_PER_238 = 3  # register 1 + log out and in 2, per 238 requests of the protocol
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -363,18 +364,59 @@ def chart(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def replace_block(path: Path, block: str) -> None:
+    """Put ``block`` between the bench markers of a Markdown file (appending them if missing)."""
+    text = path.read_text()
+    if README_START not in text:
+        text = text.rstrip() + f"\n\n{README_START}\n{README_END}\n"
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    path.write_text(f"{head}{README_START}\n{block.strip()}\n{README_END}{tail}")
+
+
+def stage_figures(report: dict, result: dict, link: str) -> str:
+    """A stage README's "Measured" section, from one run."""
+    b, m = result["best"], report["machine"]
+    where = f"{m['cores']} cores ({m['cpu']}), bcrypt cost {report['bcrypt']['cost']}, {report['plan']['users']:,} users and {report['plan']['tweets']:,} tweets seeded, run of {report['date']}"
+    if not b:
+        return f"## Measured\n\nNo step met the bar ({where}; [all figures]({link})).\n"
+    return (
+        f"## Measured\n\n**{b['rps']} QPS** at {b['users']} locust users with p95 {b['p95_ms']:.0f} ms and no failed request; "
+        f"{b['server_cpu_ms_per_request']} ms of server CPU a request; peak server memory {b['peak_server_memory_mb']:.0f} MiB; "
+        f"{result['pct_of_ceiling']}% of this stack's ceiling ({result['ceiling_rps']:.0f} requests/s on `/healthz`), "
+        f"{result['pct_of_bcrypt_bound']}% of the bcrypt bound. On {where}; [all figures]({link}).\n"
+    )
+
+
 def publish(report: dict, folder: Path) -> None:
-    """results/LATEST.md and the README's table point at this run."""
+    """results/LATEST.md, the README, stages/README.md and each stage's README show this run."""
     relative = folder.relative_to(RESULTS)
     table = (folder / "RESULTS.md").read_text().split("\n", 2)[2]
-    (RESULTS / "LATEST.md").write_text(f"# Latest benchmark: [{relative}]({relative}/RESULTS.md)\n\n" + table.replace("(chart.png)", f"({relative}/chart.png)"))
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if README_START in text and README_END in text:
-        head, rest = text.split(README_START, 1)
-        _, tail = rest.split(README_END, 1)
-        block = table.replace("(chart.png)", f"(results/{relative}/chart.png)")
-        readme.write_text(f"{head}{README_START}\n{block.strip()}\n{README_END}{tail}")
+    (RESULTS / "LATEST.md").write_text(
+        f"# Latest benchmark: [{relative}]({relative}/RESULTS.md)\n\n" + table.replace("(chart.png)", f"({relative}/chart.png)")
+    )
+    replace_block(ROOT / "README.md", table.replace("(chart.png)", f"(results/{relative}/chart.png)"))
+    ladder = ["| stage | QPS at the bar | users | p95 ms | server CPU ms/req |", "|---|---|---|---|---|"]
+    for result in report["stages"]:
+        stage = stages.get_stage(result["stage"])
+        b = result["best"]
+        ladder.append(
+            f"| {stage.folder.name} | **{b['rps']}** | {b['users']} | {b['p95_ms']:.0f} | {b['server_cpu_ms_per_request']} |"
+            if b else f"| {stage.folder.name} | missed at the first step | | | |"
+        )
+        replace_block(stage.folder / "README.md", stage_figures(report, result, f"../../results/{relative}/RESULTS.md"))
+    replace_block(
+        STAGES_README,
+        f"Measured by `make bench` on {report['machine']['cores']} cores, bcrypt cost {report['bcrypt']['cost']}, "
+        f"{report['date']} ([details](../results/{relative}/RESULTS.md)):\n\n" + "\n".join(ladder),
+    )
+
+
+def write_reports(report: dict, folder: Path, publish_it: bool) -> None:
+    (folder / "RESULTS.md").write_text(markdown(report))
+    chart(report, folder / "chart.png")
+    if publish_it:
+        publish(report, folder)
 
 
 def say(message: str) -> None:
@@ -386,7 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="", help='stage numbers, e.g. "4 5 6" (default: all)')
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny data, one short step per stage")
     parser.add_argument("--out", type=Path, help="write the report here instead of results/<date>-<host>/")
+    parser.add_argument("--report", type=Path, metavar="FOLDER", help="only redo the table, chart and READMEs from FOLDER/results.json")
     args = parser.parse_args(argv)
+    if args.report:
+        write_reports(json.loads((args.report / "results.json").read_text()), args.report.resolve(), publish_it=True)
+        return 0
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
     plan = Plan.quick_plan(numbers) if args.quick else Plan(stages=numbers)
@@ -422,10 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         report["stages"].append(bench_stage(plan, number, master, raw))
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
-    (folder / "RESULTS.md").write_text(markdown(report))
-    chart(report, folder / "chart.png")
-    if not args.quick and args.out is None:
-        publish(report, folder)
+    write_reports(report, folder, publish_it=not args.quick and args.out is None)
     say(f"done: {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}/RESULTS.md")
     return 0
 
