@@ -64,3 +64,14 @@ def test_a_stage_that_misses_the_bar_at_its_first_step_is_reported_as_missed():
         "stages": [{"stage": 0, "name": "baseline", "steps": [{"users": 25, "met_bar": False}], "best": None, "ceiling_rps": 900}],
     }
     assert "| 0 baseline | — | missed at 25 users |" in bench.markdown(report)
+
+
+def test_a_readme_block_between_the_bench_markers_is_replaced_and_the_rest_kept(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Stage\n\nText.\n")
+    bench.replace_block(readme, "first run")
+    bench.replace_block(readme, "second run")
+    text = readme.read_text()
+    assert text.startswith("# Stage\n\nText.\n")
+    assert "second run" in text and "first run" not in text
+    assert text.count(bench.README_START) == 1 and text.count(bench.README_END) == 1
