@@ -17,8 +17,8 @@ replays that log:
   process has not replayed yet: read-your-writes for the writer, whichever
   process serves the next page.
 
-Another backend (Redis, for the scale-out stage) implements the same three
-calls: ``get_or_compute``, ``forget`` and ``sync``.
+Another backend (Redis, for the scale-out stage) implements ``ReadCache``,
+the small interface below; nothing outside this module knows which one runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import cachetools
 from flask import Flask, current_app, g, session
@@ -41,6 +41,27 @@ from .models import CacheInvalidation, utcnow
 # half of it may have missed some, and drops its whole cache instead.
 LOG_RETENTION = timedelta(minutes=10)
 SESSION_KEY = "seen_write"
+
+
+class ReadCache(Protocol):
+    """What the app asks of a read cache."""
+
+    enabled: bool
+
+    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+        """The value kept under ``key``, or ``compute()``'s, kept if still valid."""
+
+    def forget(self, *keys: str) -> None:
+        """Within a write's transaction: these keys are stale once it commits."""
+
+    def after_commit(self) -> None:
+        """The write committed: drop what it forgot."""
+
+    def after_rollback(self) -> None:
+        """The write rolled back: forget nothing."""
+
+    def sync(self, at_least: int | None = None) -> None:
+        """Catch up with other processes' writes (all of them up to ``at_least``, if given)."""
 
 
 class NoCache:
@@ -152,7 +173,7 @@ def prune_log() -> None:
     db.session.execute(delete(CacheInvalidation).where(CacheInvalidation.created < utcnow() - LOG_RETENTION))
 
 
-def cache() -> NoCache | LocalCache:
+def cache() -> ReadCache:
     return current_app.extensions["tweepy_cache"]
 
 
