@@ -313,6 +313,20 @@ def markdown(report: dict) -> str:
         )
     lines += [
         "",
+        "Ramps, reported apart from the windows: how long each step took to log its new users in (at about half "
+        "the machine's hashing rate) and how slow those first logins were. The windows still contain the "
+        "protocol's own logins.",
+        "",
+        "| stage | steps: users (ramp s, first-login p95 ms) |",
+        "|---|---|",
+    ]
+    for r in report["stages"]:
+        ramps = ", ".join(
+            f"{s['users']} ({s.get('ramp_s', '—')} s, {s.get('login_p95_ms') or '—'} ms)" for s in r["steps"]
+        )
+        lines.append(f"| {r['stage']} {r['name']} | {ramps} |")
+    lines += [
+        "",
         "QPS at the bar: requests a second in the measured window of the highest step (users) that met the bar. "
         "Server CPU: user + system time of the dev server, or of nginx and uWSGI with all their processes, "
         "divided by the requests served. Stack ceiling: the same generator asking the stage's servers for `/healthz` "
@@ -431,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, metavar="FOLDER", help="only redo the table, chart and READMEs from FOLDER/results.json")
     args = parser.parse_args(argv)
     if args.report:
-        write_reports(json.loads((args.report / "results.json").read_text()), args.report.resolve(), publish_it=True)
+        folder = args.report.resolve()
+        write_reports(json.loads((folder / "results.json").read_text()), folder, publish_it=folder.is_relative_to(RESULTS))
         return 0
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
