@@ -301,8 +301,13 @@ def markdown(report: dict) -> str:
         "| stage | users | QPS at the bar | p95 ms | server CPU ms/req | peak server MiB | % of stack ceiling | % of bcrypt bound | generator CPU |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    earlier_runs = set()
     for r in report["stages"]:
         b = r["best"]
+        run = r.get("run")
+        if run and run["commit"] != report["commit"]:
+            earlier_runs.add(f"{run['date']}, commit {run['commit']}")
+            r = {**r, "name": r["name"] + " †"}
         if not b:
             lines.append(f"| {r['stage']} {r['name']} | — | missed at {r['steps'][0]['users'] if r['steps'] else '?'} users | | | | | | |")
             continue
@@ -311,6 +316,8 @@ def markdown(report: dict) -> str:
             f"| {b['peak_server_memory_mb']:.0f} | {r['pct_of_ceiling']}% of {r['ceiling_rps']:.0f} | {r['pct_of_bcrypt_bound']}% "
             f"| {100 * b['generator_cpu_share']:.0f}% |"
         )
+    if earlier_runs:
+        lines += ["", f"† kept from an earlier run on the same machine and data ({'; '.join(sorted(earlier_runs))})."]
     lines += [
         "",
         "Ramps, reported apart from the windows: how long each step took to log its new users in (at about half "
@@ -442,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="", help='stage numbers, e.g. "4 5 6" (default: all)')
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny data, one short step per stage")
     parser.add_argument("--out", type=Path, help="write the report here instead of results/<date>-<host>/")
+    parser.add_argument("--keep-from", type=Path, metavar="FOLDER", help="take the stages not run now from an earlier run's results.json")
     parser.add_argument("--report", type=Path, metavar="FOLDER", help="only redo the table, chart and READMEs from FOLDER/results.json")
     args = parser.parse_args(argv)
     if args.report:
@@ -479,8 +487,18 @@ def main(argv: list[str] | None = None) -> int:
         "bcrypt": plan.bound,
         "stages": [],
     }
+    this_run = {"date": report["date"], "commit": report["commit"]}
+    kept = []
+    if args.keep_from:
+        earlier = json.loads((args.keep_from / "results.json").read_text())
+        kept = [
+            {**r, "run": r.get("run", {"date": earlier["date"], "commit": earlier["commit"]})}
+            for r in earlier["stages"] if r["stage"] not in plan.stages
+        ]
     for number in plan.stages:
-        report["stages"].append(bench_stage(plan, number, master, raw))
+        report["stages"].append({**bench_stage(plan, number, master, raw), "run": this_run})
+        report["stages"] = sorted(report["stages"] + kept, key=lambda r: r["stage"]) if kept else report["stages"]
+        kept = []
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
     write_reports(report, folder, publish_it=not args.quick and args.out is None)
