@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,14 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.stages import free_port  # noqa: F401  (the tests take it from here)
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the OS picks it; another process could still take it first)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 40) -> str:

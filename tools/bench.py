@@ -135,12 +135,6 @@ def fresh_copy(master: Path, target: Path) -> Path:
 # --- locust ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def locust_command(plan: Plan, files: str, url: str, csv: Path, users: int | None, run_time: float) -> list[str]:
     # No trailing slash: locust joins the host and "/tweets/" itself.
     command = [str(stages.BIN / "locust"), "-f", files, "--headless", "-H", url.rstrip("/"), "--csv", str(csv), "--only-summary"]
@@ -235,7 +229,7 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path) -> dict:
     }
     var = WORK / f"stage{number}"
     shutil.rmtree(var, ignore_errors=True)
-    with stages.start(stage, port=free_port(), var=var, env=env) as running:
+    with stages.start(stage, port=stages.free_port(), var=var, env=env) as running:
         ceiling = measure_ceiling(plan, running, raw)
         say(f"  stage {number}: stack ceiling {ceiling} requests/s (GET /healthz, {plan.ceiling_users} users, no think time)")
         steps = measure_capacity(plan, running, raw)

@@ -17,6 +17,7 @@ import getpass
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -118,6 +119,13 @@ def prepare_database(stage: Stage, env: dict[str, str], seed: list[str] | None =
     subprocess.run([*flask, "schema", stage.get("SCHEMA_REVISION")], env=env, cwd=ROOT, check=True)
     if seed is not None:
         subprocess.run([*flask, "seed", "--if-empty", *seed], env=env, cwd=ROOT, check=True)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the OS picks it; another process could still take it first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def nginx_binary() -> str:
