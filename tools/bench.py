@@ -482,17 +482,15 @@ def main(argv: list[str] | None = None) -> int:
         "stages": [],
     }
     this_run = {"date": report["date"], "commit": report["commit"]}
-    kept = []
     if args.keep_from:
         earlier = json.loads((args.keep_from / "results.json").read_text())
-        kept = [
+        report["stages"] = [
             {**r, "run": r.get("run", {"date": earlier["date"], "commit": earlier["commit"]})}
             for r in earlier["stages"] if r["stage"] not in plan.stages
         ]
     for number in plan.stages:
         report["stages"].append({**bench_stage(plan, number, master, raw), "run": this_run})
-        report["stages"] = sorted(report["stages"] + kept, key=lambda r: r["stage"]) if kept else report["stages"]
-        kept = []
+        report["stages"].sort(key=lambda r: r["stage"])
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
     write_reports(report, folder, publish_it=not args.quick and args.out is None)
