@@ -1,5 +1,5 @@
 # tweepy: `make run` serves the app, `make test` checks it, `make bench` measures the ladder.
-# Every target sets up what it needs first (Debian packages when root, .venv, requirements).
+# Every target sets up what it needs first (Debian packages when root, .venv, requirements/).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -7,35 +7,56 @@ PY     := $(VENV)/bin/python
 # The best single-machine stage; on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test bench clean
+.PHONY: help setup run stop test lint format bench clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make run [STAGE=N]   serve stage N (default $(STAGE)) on 127.0.0.1, seeding a database if there is none"
 	@echo "make stop            stop servers left running (pid files under var/)"
-	@echo "make test            the whole test suite, browser and real servers included"
+	@echo "make test            lint, then the whole test suite, browser and real servers included"
+	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
 	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1)"
 
-$(VENV)/.installed: requirements.txt scripts/system-deps
-	@scripts/system-deps --browser
-	@echo "==> creating $(VENV) and installing requirements.txt"
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -r requirements.txt
+# One stamp per purpose: `make run` needs less than `make test`.
+define install
+	@test -x $(PY) || { echo "==> creating $(VENV)"; $(PYTHON) -m venv $(VENV); $(PY) -m pip install -q --upgrade pip; }
+	@echo "==> installing requirements/$(1).txt into $(VENV)"
+	@$(PY) -m pip install -q -r requirements/$(1).txt
 	@touch $@
+endef
 
-setup: $(VENV)/.installed
+$(VENV)/.installed-run: requirements/app.txt requirements/serve.txt requirements/scale-out.txt scripts/system-deps
+	@scripts/system-deps
+	$(call install,scale-out)
 
-run: setup
+$(VENV)/.installed-bench: $(VENV)/.installed-run requirements/bench.txt
+	$(call install,bench)
+
+$(VENV)/.installed-test: $(VENV)/.installed-bench requirements/test.txt
+	@scripts/system-deps --browser
+	$(call install,test)
+
+setup: $(VENV)/.installed-test
+
+run: $(VENV)/.installed-run
 	@$(PY) -m tools.stages run $(STAGE)
 
 stop:
 	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m tools.stages stop
 
-test: setup
+lint: $(VENV)/.installed-test
+	@echo "==> ruff check and ruff format --check"
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed-test
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
+test: lint
 	@$(PY) -m pytest
 
-bench: setup
+bench: $(VENV)/.installed-bench
 	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick)
 
 clean: stop
