@@ -1,16 +1,20 @@
 """Fixtures: every test gets its own app on a temporary SQLite file (not :memory:,
-so WAL behaves as in production), migrated with Alembic, with a low bcrypt cost."""
+so WAL behaves as in production), migrated with Alembic, with a low bcrypt cost.
+
+Helpers the tests share live in ``helpers/``. In CI (``CI=true``) a skipped
+test fails the run: what CI cannot check, it must not pass over in silence.
+"""
 
 from __future__ import annotations
 
-import re
+import os
 
 import pytest
 from flask_migrate import upgrade
+from helpers.browser import Browser
+from helpers.stored import FAST_BCRYPT
 
 from tweepy import create_app
-
-FAST_BCRYPT = 4
 
 
 @pytest.fixture
@@ -20,6 +24,7 @@ def make_app(tmp_path):
     def build(**overrides):
         settings = {
             "DATABASE_URL": f"sqlite:///{tmp_path / 'tweepy.sqlite3'}",
+            "INSTANCE_PATH": str(tmp_path / "instance"),
             "SECRET_KEY": "test-secret",
             "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
             "TESTING": True,
@@ -43,47 +48,6 @@ def client(app):
     return app.test_client()
 
 
-def csrf_token(response) -> str:
-    match = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', response.get_data(as_text=True))
-    assert match, "the page has no CSRF token"
-    return match.group(1)
-
-
-class Browser:
-    """A test client that fills forms like a browser: it takes the CSRF token from a page first."""
-
-    def __init__(self, client):
-        self.client = client
-
-    def get(self, url, **kwargs):
-        return self.client.get(url, **kwargs)
-
-    def post(self, url, data=None, page=None):
-        """POST ``data`` with the token of ``page`` (default: the page at ``url``, else the timeline)."""
-        token = csrf_token(self.client.get(page or "/tweets/"))
-        return self.client.post(url, data={**(data or {}), "csrf_token": token})
-
-    def register(self, name, password="correct horse", email=None):
-        token = csrf_token(self.client.get("/register/"))
-        return self.client.post(
-            "/register/",
-            data={
-                "name": name,
-                "email": email or f"{name}@example.com",
-                "password": password,
-                "confirm": password,
-                "csrf_token": token,
-            },
-        )
-
-    def login(self, name, password="correct horse"):
-        token = csrf_token(self.client.get("/"))
-        return self.client.post("/", data={"name": name, "password": password, "csrf_token": token})
-
-    def logout(self):
-        return self.post("/logout/")
-
-
 @pytest.fixture
 def browser(client):
     return Browser(client)
@@ -94,3 +58,11 @@ def alice(app, browser):
     """A browser logged in as a freshly registered user, alice."""
     assert browser.register("alice").status_code == 303
     return browser
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if os.environ.get("CI") == "true" and skipped and exitstatus == 0:
+        reporter.write_line(f"CI: {len(skipped)} test(s) skipped; in CI a skip is a failure", red=True)
+        session.exitstatus = 1

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import csrf_token
-from pages import errors, sign_up, text_of
-from stored import PASSWORD, add_users, count, user_row
+from helpers.pages import csrf_token
+from helpers.browser import sign_up
+from helpers.pages import errors, text_of
+from helpers.stored import PASSWORD, add_users, count, user_row
 
 from tweepy.models import User
 from tweepy.passwords import password_matches
@@ -25,8 +26,7 @@ def registration(**changes) -> dict:
 
 
 def register(browser, **changes):
-    token = csrf_token(browser.get("/register/"))
-    return browser.client.post("/register/", data={**registration(**changes), "csrf_token": token})
+    return browser.fill("/register/", registration(**changes))
 
 
 # --- logging in -------------------------------------------------------------

@@ -1,5 +1,6 @@
 """End to end in a real browser: Debian's chromium, driven by Playwright, against
-``run.py`` started on a free port of 127.0.0.1 over a freshly seeded database.
+stage 0 (``run.py``) started by the stage runner on a free port of 127.0.0.1
+over a freshly seeded database.
 
 Never skipped: if chromium or Playwright is missing, the test fails and says why.
 """
@@ -8,12 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-from live_server import free_port, run, serve
+from tools import stages
 
 pytestmark = pytest.mark.integration
 
@@ -35,23 +35,16 @@ FRIEND = "user2"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """run.py on a free port over a database migrated and seeded by the real CLI."""
+    """Stage 0 (run.py) on a free port, over a database migrated and seeded by the real CLI."""
     tmp = tmp_path_factory.mktemp("live")
-    port = free_port()
-    # Outside TWEEPY_* settings (a stage's, say) must not change what this test runs.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TWEEPY_")}
-    env.update(
-        TWEEPY_HOST="127.0.0.1",
-        TWEEPY_PORT=str(port),
-        TWEEPY_DATABASE_URL=f"sqlite:///{tmp / 'tweepy.sqlite3'}",
-        TWEEPY_INSTANCE_PATH=str(tmp / "instance"),
+    env = {
+        "TWEEPY_DATABASE_URL": f"sqlite:///{tmp / 'tweepy.sqlite3'}",
+        "TWEEPY_INSTANCE_PATH": str(tmp / "instance"),
         # Only to keep the test fast; the app's default cost is 12.
-        TWEEPY_BCRYPT_LOG_ROUNDS="4",
-    )
-    flask = str(Path(sys.executable).parent / "flask")
-    run([flask, "--app", "tweepy", "db", "upgrade"], env)
-    run([flask, "--app", "tweepy", "seed", "--users", "5", "--tweets", "20", "--follows", "2"], env)
-    with serve([sys.executable, "run.py"], env, port, log=tmp / "server.log") as live:
+        "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
+    }
+    seed = ["--users", "5", "--tweets", "20", "--follows", "2"]
+    with stages.start(stages.get_stage(0), port=stages.free_port(), var=tmp / "var", env=env, seed=seed) as live:
         yield live
 
 
@@ -60,7 +53,7 @@ def chromium():
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as error:
-        pytest.fail(f"Playwright for Python is not installed ({error}); run `make test`, which installs requirements.txt", pytrace=False)
+        pytest.fail(f"Playwright for Python is not installed ({error}); run `make test`, which installs requirements/test.txt", pytrace=False)
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install chromium`", pytrace=False)
     with sync_playwright() as playwright:
@@ -74,7 +67,7 @@ def chromium():
 
 @pytest.fixture
 def page(chromium, server):
-    context = chromium.new_context(base_url=server.url, viewport={"width": 1000, "height": 800})
+    context = chromium.new_context(base_url=server.url.rstrip("/"), viewport={"width": 1000, "height": 800})
     page = context.new_page()
     # Bounded: a missing element fails in seconds, not after pytest's patience runs out.
     page.set_default_timeout(10_000)
@@ -82,7 +75,7 @@ def page(chromium, server):
     page.on("response", lambda response: response.status >= 500 and server_errors.append(response.url))
     yield page
     context.close()
-    assert not server_errors, f"the server answered 5xx to {server_errors}; its output:\n{server.output()}"
+    assert not server_errors, f"the server answered 5xx to {server_errors}; its output:\n{server.log_tail()}"
 
 
 def test_new_user_registers_logs_in_posts_follows_reads_timeline_and_logs_out(page):

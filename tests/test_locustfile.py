@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import csrf_token
+from helpers.pages import csrf_token
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfile.py"
 

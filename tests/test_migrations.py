@@ -8,7 +8,7 @@ import warnings
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import FAST_BCRYPT
+from helpers.stored import FAST_BCRYPT
 from flask_migrate import downgrade, upgrade
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import csrf_token
-from pages import tweet_texts
+from helpers.pages import csrf_token
+from helpers.pages import tweet_texts
 from sqlalchemy import select
 
 from tweepy.extensions import db
 from tweepy.models import Follow, Tweet, User
-from tweepy.passwords import password_matches
+from tweepy.passwords import connection_given_back, password_matches
 
 USERS, TWEETS, FOLLOWS = 30, 500, 4
 
@@ -55,8 +55,9 @@ def test_every_seeded_user_logs_in_with_tweepy123(seeded, client):
         hashes = set(db.session.scalars(select(User.password_hash)))
         assert len(hashes) == 1  # hashed once, reused
         (shared,) = hashes
-        assert password_matches(shared, "tweepy123")
-        assert not password_matches(shared, "tweepy124")
+        with connection_given_back():
+            assert password_matches(shared, "tweepy123")
+            assert not password_matches(shared, "tweepy124")
     response = client.post("/", data={"name": f"user{USERS}", "password": "tweepy123", "csrf_token": csrf_token(client.get("/"))})
     assert response.status_code == 303
 

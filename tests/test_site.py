@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import csrf_token
-from pages import text_of
-from stored import add_tweets, add_users, count
+from helpers.pages import csrf_token
+from helpers.pages import text_of
+from helpers.stored import add_tweets, add_users, count
 
 from tweepy.models import Follow, Tweet, User
 

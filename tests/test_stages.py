@@ -13,15 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
+from helpers.http import Visitor, logged_in, worker_of
 
 from tools import stages
-from live_server import free_port
 
 pytestmark = pytest.mark.integration
 
 STAGE_NUMBERS = [stage.number for stage in stages.all_stages()]
-USERS, PASSWORD = 40, "tweepy123"
-TOKEN = re.compile(r'name="csrf_token" type="hidden" value="([^"]+)"')
+USERS = 40
+# Long enough that a test can warm every process and look before any of them syncs again.
+SYNC_INTERVAL = 2.0
 
 
 @pytest.fixture(scope="module", params=STAGE_NUMBERS, ids=lambda n: f"stage{n}")
@@ -35,43 +36,22 @@ def served(request, tmp_path_factory):
         "TWEEPY_INSTANCE_PATH": str(folder / "instance"),
         # Only to keep the suite quick; the cost itself is a setting like any other.
         "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
+        # Every answer names its process, so the tests can tell which one served it.
+        "TWEEPY_WORKER_HEADER": "true",
+        "TWEEPY_CACHE_SYNC_INTERVAL": str(SYNC_INTERVAL),
     }
     seed = ["--users", str(USERS), "--tweets", "400", "--follows", "5"]
-    with stages.start(stage, port=free_port(), var=folder / "var", env=env, seed=seed) as running:
+    with stages.start(stage, port=stages.free_port(), var=folder / "var", env=env, seed=seed) as running:
         running.database = database
         yield running
 
 
-class Visitor:
-    """One person with a browser: keeps cookies and takes CSRF tokens from the pages."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base = base_url.rstrip("/")
-        self.http = requests.Session()
-        self.token = None
-
-    def get(self, path: str) -> requests.Response:
-        response = self.http.get(self.base + path, allow_redirects=False, timeout=30)
-        found = TOKEN.search(response.text)
-        if found:
-            self.token = found.group(1)
-        return response
-
-    def post(self, path: str, data: dict | None = None, token: bool = True) -> requests.Response:
-        fields = dict(data or {})
-        if token:
-            fields["csrf_token"] = self.token
-        return self.http.post(self.base + path, data=fields, allow_redirects=False, timeout=30)
-
-    def login(self, name: str, password: str = PASSWORD) -> requests.Response:
-        self.get("/")
-        return self.post("/", {"name": name, "password": password})
+def is_cached(running) -> bool:
+    return running.stage.app_setting("CACHE") != "none"
 
 
-def logged_in(running, name: str) -> Visitor:
-    visitor = Visitor(running.url)
-    assert visitor.login(name).status_code == 303
-    return visitor
+def workers(running) -> int:
+    return running.stage.processes if running.stage.server == "uwsgi" else 1
 
 
 def stored_tweets(running, texts) -> dict[str, int]:
@@ -121,7 +101,7 @@ def test_register_post_follow_and_see_it(served):
 
 
 def test_bad_requests_get_clear_4xx(served):
-    visitor = logged_in(served, "user3")
+    visitor = logged_in(served.url, "user3")
     assert visitor.post("/tweets/", {"tweet": "no token"}, token=False).status_code == 400
     assert visitor.post("/tweets/", {"tweet": "   "}).status_code == 400
     assert visitor.post("/tweets/", {"tweet": "x" * 281}).status_code == 400
@@ -135,7 +115,7 @@ def test_bad_requests_get_clear_4xx(served):
 
 
 def test_deleting_someone_elses_tweet_is_forbidden(served):
-    owner, other = logged_in(served, "user4"), logged_in(served, "user5")
+    owner, other = logged_in(served.url, "user4"), logged_in(served.url, "user5")
     owner.get("/tweets/")
     owner.post("/tweets/", {"tweet": "mine, not yours"})
     tweet_id = re.search(r'id="tweet-(\d+)"', owner.get("/users/user4/").text).group(1)
@@ -151,20 +131,37 @@ WRITERS, POSTS_EACH, READERS, TIME_LIMIT = 6, 8, 4, 90
 
 
 def test_concurrent_writers_and_readers_lose_nothing_and_read_their_writes(served):
-    """Writers post and follow while readers read; every step is checked as it happens."""
+    """Writers post and follow while readers read; every step is checked as it happens.
+
+    The page after each write is read until a process other than the writer's
+    has answered (or a few tries), so read-your-writes is checked across processes.
+    """
     run = uuid.uuid4().hex[:6]
     deadline = time.monotonic() + TIME_LIMIT
     errors: list[str] = []
     acknowledged: list[str] = []
+    read_elsewhere = 0
     lock = threading.Lock()
 
     def fail(message: str) -> None:
         with lock:
             errors.append(message)
 
+    def reads_own_write(me: Visitor, wrote: requests.Response, path: str, shows) -> bool:
+        nonlocal read_elsewhere
+        for _ in range(workers(served) * 3):
+            page = me.get(path)
+            if not shows(page.text):
+                return False
+            if worker_of(page) != worker_of(wrote):
+                with lock:
+                    read_elsewhere += 1
+                break
+        return True
+
     def writer(k: int) -> None:
         name = f"user{10 + k}"
-        me = logged_in(served, name)
+        me = logged_in(served.url, name)
         me.get("/tweets/")
         for i in range(POSTS_EACH):
             if time.monotonic() > deadline:
@@ -176,18 +173,20 @@ def test_concurrent_writers_and_readers_lose_nothing_and_read_their_writes(serve
             with lock:
                 acknowledged.append(text)
             # Read-your-writes: the very next page shows it, whichever process serves it.
-            if text not in me.get("/tweets/").text:
-                fail(f"{name}: own tweet {i} missing from the next timeline")
+            if not reads_own_write(me, posted, "/tweets/", lambda page, text=text: text in page):
+                fail(f"{name}: own tweet {i} missing from a timeline read after it")
         other = f"user{30 + k}"
         followed = me.post(f"/users/{other}/follow")
-        if followed.status_code != 303 or "Unfollow" not in me.get(f"/users/{other}/").text:
+        if followed.status_code != 303 or not reads_own_write(me, followed, f"/users/{other}/", lambda p: "Unfollow" in p):
             fail(f"{name}: follow of {other} not visible at once ({followed.status_code})")
         unfollowed = me.post(f"/users/{other}/unfollow")
-        if unfollowed.status_code != 303 or "Unfollow" in me.get(f"/users/{other}/").text:
+        if unfollowed.status_code != 303 or not reads_own_write(
+            me, unfollowed, f"/users/{other}/", lambda p: "Unfollow" not in p
+        ):
             fail(f"{name}: unfollow of {other} not visible at once ({unfollowed.status_code})")
 
     def reader(k: int) -> None:
-        me = logged_in(served, f"user{20 + k}")
+        me = logged_in(served.url, f"user{20 + k}")
         while time.monotonic() < deadline and len(acknowledged) < WRITERS * POSTS_EACH:
             for path in ("/tweets/", "/users/", f"/users/user{10 + k}/"):
                 status = me.get(path).status_code
@@ -203,19 +202,51 @@ def test_concurrent_writers_and_readers_lose_nothing_and_read_their_writes(serve
     assert len(acknowledged) == WRITERS * POSTS_EACH
     counts = stored_tweets(served, acknowledged)
     assert counts == {text: 1 for text in acknowledged}, "every acknowledged tweet is stored exactly once"
+    if workers(served) > 1:
+        assert read_elsewhere > 0, "no write was ever read back from another process: read-your-writes went untested"
 
 
-def test_follower_sees_new_tweet_within_staleness_bound(served):
-    """Someone else's tweet reaches a follower's timeline within the cache's sync interval."""
-    follower, author = logged_in(served, "user36"), logged_in(served, "user37")
+def warm_every_process(visitor: Visitor, path: str, processes: int) -> set[str]:
+    """Read ``path`` until every process has served it twice (the second time from its cache)."""
+    served_by: dict[str, int] = {}
+    deadline = time.monotonic() + SYNC_INTERVAL / 2
+    while time.monotonic() < deadline and (len(served_by) < processes or min(served_by.values()) < 2):
+        worker = worker_of(visitor.get(path))
+        served_by[worker] = served_by.get(worker, 0) + 1
+    return set(served_by)
+
+
+def test_follower_sees_new_tweet_within_staleness_bound_and_not_before(served):
+    """Someone else's tweet reaches a follower's timeline within the cache's sync interval.
+
+    With a cache, a process that did not serve the write keeps showing the old
+    timeline until its next sync: the test sees that stale page (so the bound
+    is real, not vacuous), then never again once the bound has passed.
+    """
+    follower, author = logged_in(served.url, "user36"), logged_in(served.url, "user37")
     follower.get("/tweets/")
     follower.post("/users/user37/follow")
-    for _ in range(3):  # warm every process's cache with the old timeline
-        follower.get("/tweets/")
+    time.sleep(SYNC_INTERVAL)  # every process syncs at its next request, all within the warm-up
+    warmed = warm_every_process(follower, "/tweets/", workers(served))
+    assert len(warmed) == workers(served), f"only {len(warmed)} of {workers(served)} processes answered"
+
     author.get("/tweets/")
     text = f"fresh news {uuid.uuid4().hex[:8]}"
-    assert author.post("/tweets/", {"tweet": text}).status_code == 303
-    bound = float(served.stage.get("CACHE_SYNC_INTERVAL")) + 0.5
-    time.sleep(bound)
-    for _ in range(served.stage.processes * 2):  # whichever process answers
-        assert text in follower.get("/tweets/").text
+    posted = author.post("/tweets/", {"tweet": text})
+    assert posted.status_code == 303
+    written_at = time.monotonic()
+
+    stale_pages = 0
+    while time.monotonic() - written_at < SYNC_INTERVAL / 4:
+        page = follower.get("/tweets/")
+        if worker_of(page) != worker_of(posted):
+            stale_pages += text not in page.text
+    if is_cached(served) and workers(served) > 1:
+        assert stale_pages > 0, "no process served the old timeline: the staleness bound went untested"
+    if not is_cached(served):
+        assert stale_pages == 0, "without a cache every page is fresh"
+
+    time.sleep(max(0.0, written_at + SYNC_INTERVAL + 0.2 - time.monotonic()))
+    for _ in range(workers(served) * 4):
+        page = follower.get("/tweets/")
+        assert text in page.text, f"{worker_of(page)} still served the old timeline after the bound"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from pages import errors, form_actions, link, sign_up, text_of, tweet_ids, tweet_texts
-from stored import add_follow, add_tweets, add_users, count, tweets_by, user_id
+from helpers.browser import sign_up
+from helpers.pages import errors, form_actions, link, text_of, tweet_ids, tweet_texts
+from helpers.stored import add_follow, add_tweets, add_users, count, tweets_by, user_id
 
 from tweepy.models import Tweet
 

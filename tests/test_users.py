@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from pages import form_actions, link, sign_up, text_of, tweet_texts, user_names
-from stored import add_tweets, add_users, follows, user_id
+from helpers.browser import sign_up
+from helpers.pages import form_actions, link, text_of, tweet_texts, user_names
+from helpers.stored import add_tweets, add_users, follows, user_id
 
 UNSAFE_NEXT = ["//evil.com", "http://evil.com", "https://evil.com/users/", "/\\evil.com", "javascript:alert(1)"]
 

@@ -4,10 +4,13 @@
     python -m tools.stages stop               stop whatever the pid files under var/ name
     python -m tools.stages list               the ladder, one line a stage
 
-A stage is a folder ``stages/N-name/`` holding ``stage.env`` (values for
-settings declared in ``tweepy/config.py``) and, when the stage changes the
-servers themselves, its own ``uwsgi.ini`` or ``nginx.conf``. The tests and the
-benchmark start stages through ``start()`` too, each in its own var folder.
+A stage is a folder ``stages/N-name/`` holding ``stage.env``: values for the
+app's settings (declared in ``tweepy/config.py``) and for how the stage is
+served (``SERVING_SETTINGS`` below, read by this runner only), and, when a
+stage needs a different front server, its own ``nginx.conf``. The runner
+passes processes, gevent and the listen queue to uWSGI itself, so one
+``uwsgi.ini`` serves every stage. The tests and the benchmark start stages
+through ``start()`` too, each in its own var folder.
 """
 
 from __future__ import annotations
@@ -31,10 +34,21 @@ VAR = ROOT / "var"
 BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
-from tweepy.config import SETTINGS  # noqa: E402
+from tweepy.config import SETTINGS, Setting  # noqa: E402
 
-DEFAULTS = {f"TWEEPY_{s.name}": str(s.default) for s in SETTINGS}
-# Settings a caller's environment may pass through to a stage; every other
+# How a stage is served: read here, never by the app.
+SERVING_SETTINGS: tuple[Setting, ...] = (
+    Setting("SERVER", "dev", "'dev' (Flask's development server, run.py) or 'uwsgi' (nginx in front of uWSGI)"),
+    Setting("PROCESSES", "4", "uWSGI worker processes; 'auto' means one per core (nproc)"),
+    Setting("GEVENT", 0, "gevent greenlets per uWSGI process; 0 means plain synchronous workers"),
+    Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
+    Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0001 has no timeline indexes)"),
+    Setting("HOST", "127.0.0.1", "Address the development server (run.py) listens on"),
+    Setting("PORT", 5000, "Port of the development server (run.py); the runner picks one per stage"),
+)
+APP_SETTING_NAMES = {f"TWEEPY_{s.name}" for s in SETTINGS}
+SERVING_DEFAULTS = {f"TWEEPY_{s.name}": str(s.default) for s in SERVING_SETTINGS}
+# App settings a caller's environment may pass through to a stage; every other
 # TWEEPY_* variable is dropped, so a stage measures what its folder says.
 PASSED_THROUGH = {"TWEEPY_DATABASE_URL", "TWEEPY_SECRET_KEY", "TWEEPY_INSTANCE_PATH", "TWEEPY_BCRYPT_LOG_ROUNDS"}
 
@@ -60,7 +74,17 @@ class Stage:
     settings: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> str:
-        return self.settings.get(f"TWEEPY_{name}", DEFAULTS[f"TWEEPY_{name}"])
+        """A serving setting of this stage (the app's own settings are the app's to read)."""
+        return self.settings.get(f"TWEEPY_{name}", SERVING_DEFAULTS[f"TWEEPY_{name}"])
+
+    @property
+    def app_settings(self) -> dict[str, str]:
+        return {k: v for k, v in self.settings.items() if k in APP_SETTING_NAMES}
+
+    def app_setting(self, name: str) -> str:
+        """What the app of this stage will read for ``name`` (its folder's value, or the default)."""
+        default = next(str(s.default) for s in SETTINGS if s.name == name)
+        return self.settings.get(f"TWEEPY_{name}", default)
 
     @property
     def server(self) -> str:
@@ -75,6 +99,22 @@ class Stage:
         """The stage's own server config when it has one, else the top-level one."""
         own = self.folder / name
         return own if own.exists() else ROOT / name
+
+    def uwsgi_options(self, var: Path) -> list[str]:
+        """What the stage's settings change in uWSGI, as command-line options after ``--ini uwsgi.ini``."""
+        options = [
+            "--chdir", str(ROOT),
+            "--socket", str(var / "uwsgi.sock"),
+            "--pidfile", str(var / "uwsgi.pid"),
+            "--processes", str(self.processes),
+            # uWSGI does not expand $(VAR) in 'listen', so the queue length comes this way too.
+            "--listen", self.get("LISTEN"),
+        ]
+        greenlets = int(self.get("GEVENT"))
+        if greenlets:
+            # Monkey-patched before the app loads, so nothing imported earlier keeps a blocking socket or lock.
+            options += ["--gevent", str(greenlets), "--gevent-early-monkey-patch"]
+        return options
 
     @property
     def default_port(self) -> int:
@@ -97,18 +137,11 @@ def get_stage(number: int) -> Stage:
     raise SystemExit(f"no stage {number}: see stages/README.md")
 
 
-def stage_env(stage: Stage, var: Path, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+def stage_env(stage: Stage, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the stage's processes: its app settings, and where run.py listens."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWEEPY_") or k in PASSED_THROUGH}
-    env.update(stage.settings)
-    env.update(
-        TWEEPY_ROOT=str(ROOT),
-        TWEEPY_VAR=str(var),
-        TWEEPY_HOST="127.0.0.1",
-        TWEEPY_PORT=str(port),
-        TWEEPY_PROCESSES=str(stage.processes),
-        TWEEPY_GEVENT=stage.get("GEVENT"),
-        PYTHONUNBUFFERED="1",
-    )
+    env.update(stage.app_settings)
+    env.update(TWEEPY_HOST="127.0.0.1", TWEEPY_PORT=str(port), PYTHONUNBUFFERED="1")
     env.update(extra or {})
     return env
 
@@ -166,6 +199,14 @@ class Running:
     def alive(self) -> bool:
         return all(process.poll() is None for _, process in self.children)
 
+    def log_tail(self, characters: int = 3000) -> str:
+        """The end of each server's output, for a failing test to show."""
+        tails = []
+        for name, _ in self.children:
+            text = (self.var / f"{name}.log").read_text(errors="replace")
+            tails.append(f"--- {name}.log ---\n{text[-characters:]}")
+        return "\n".join(tails)
+
     def stop(self) -> None:
         # Front first: nginx stops taking requests, then the app servers go.
         for name, process in self.children:
@@ -220,7 +261,7 @@ def start(
     """Start a stage on 127.0.0.1 and return once /healthz answers."""
     port = port or stage.default_port
     var.mkdir(parents=True, exist_ok=True)
-    full_env = stage_env(stage, var, port, env)
+    full_env = stage_env(stage, port, env)
     prepare_database(stage, full_env, seed)
     url = f"http://127.0.0.1:{port}/"
     children: list[tuple[str, subprocess.Popen]] = []
@@ -231,7 +272,7 @@ def start(
             conf = write_nginx_conf(stage, var, port)
             nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
             children.append(("nginx", _spawn("nginx", nginx, full_env, var)))
-            uwsgi = [str(BIN / "uwsgi"), "--ini", str(stage.config_file("uwsgi.ini")), "--listen", stage.get("LISTEN")]
+            uwsgi = [str(BIN / "uwsgi"), "--ini", str(ROOT / "uwsgi.ini"), *stage.uwsgi_options(var)]
             children.append(("uwsgi", _spawn("uwsgi", uwsgi, full_env, var)))
         else:
             raise SystemExit(f"stage {stage.number}: unknown TWEEPY_SERVER={stage.server!r}")

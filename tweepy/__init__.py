@@ -7,6 +7,7 @@ needs to know comes from ``config.py`` (environment) and ``overrides``.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from flask import Flask
@@ -16,14 +17,16 @@ from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
-    app = Flask(__name__, instance_path=os.environ.get("TWEEPY_INSTANCE_PATH") or None)
-    os.makedirs(app.instance_path, exist_ok=True)
+    app = Flask(__name__, instance_path=config.read("INSTANCE_PATH", overrides) or None)
+    # Owner-only: the instance folder holds the secret key and the SQLite database.
+    os.makedirs(app.instance_path, mode=0o700, exist_ok=True)
     app.config.update(config.load(app.instance_path, overrides))
     register_database(app)
     register_extensions(app)
     cache.init_app(app)
     fragments.init_app(app)
     register_blueprints(app)
+    register_worker_header(app)
     cli.init_app(app)
     log_settings(app)
     return app
@@ -53,7 +56,19 @@ def register_blueprints(app: Flask) -> None:
         app.register_blueprint(blueprint)
 
 
+def register_worker_header(app: Flask) -> None:
+    """With WORKER_HEADER, every answer names the process that made it (for tests of several processes)."""
+    if not app.config["WORKER_HEADER"]:
+        return
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    @app.after_request
+    def name_the_worker(response):
+        response.headers["X-Tweepy-Worker"] = worker
+        return response
+
+
 def log_settings(app: Flask) -> None:
     """Record what is live, so every benchmark run says which settings it measured."""
-    shown = {s.name: app.config[s.name] for s in config.SETTINGS if s.name != "SECRET_KEY"}
+    shown = config.shown(app.config)
     app.logger.info("tweepy settings: %s", " ".join(f"{k}={v}" for k, v in shown.items()))

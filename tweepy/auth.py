@@ -6,10 +6,11 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import UserMixin, current_user, login_user, logout_user
 
 from . import queries, writes
+from .errors import Taken
 from .extensions import login_manager
 from .forms import LoginForm, RegisterForm
 from .navigation import go_back
-from .passwords import password_matches
+from .passwords import connection_given_back, hash_password, password_matches
 
 bp = Blueprint("auth", __name__)
 
@@ -40,7 +41,9 @@ def login():
         return render_template("login.html", form=form), 400 if request.method == "POST" else 200
     found = queries.credentials_of(form.name.data)
     user, password_hash = found if found else (None, None)
-    if not password_matches(password_hash, form.password.data):
+    with connection_given_back():
+        matches = password_matches(password_hash, form.password.data)
+    if not matches:
         form.password.errors.append("Wrong name or password.")
         return render_template("login.html", form=form), 401
     login_user(CurrentUser(user))
@@ -53,10 +56,12 @@ def register():
         return redirect(url_for("tweets.timeline"), code=303)
     form = RegisterForm()
     if form.validate_on_submit():
+        with connection_given_back():
+            password_hash = hash_password(form.password.data)
         try:
-            user = writes.register(form.name.data, form.email.data, form.password.data)
-        except writes.Taken as taken:
-            getattr(form, taken.field).errors.append(f"That {taken.field} was just taken.")
+            user = writes.register(form.name.data, form.email.data, password_hash)
+        except Taken as taken:
+            getattr(form, taken.field).errors.append(str(taken))
         else:
             login_user(CurrentUser(user))
             flash(f"Welcome to tweepy, {user.name}!")

@@ -1,8 +1,11 @@
 """Memoized reads, and how every process learns that a write made them stale.
 
-Reads in ``queries.py`` are wrapped in ``@memoized("name")``; writes in
-``writes.py`` call ``forget(key, ...)`` inside their own transaction. With
-``CACHE=none`` both are no-ops and every read goes to the database.
+A read in ``queries.py`` becomes cached with ``@memoized("name")``. The read
+owns the name of its entries: ``queries.newest_tweets_by.key(author_id)`` is
+the only way to spell the key of an author's newest tweets, and ``forget``
+takes nothing else, so a write cannot forget a key that no read uses. Writes
+in ``writes.py`` call ``forget`` inside their own transaction. With
+``CACHE=none`` every read goes to the database and forgetting is a no-op.
 
 With ``CACHE=local`` each process keeps its own TTL cache (cachetools). The
 catch, as the talk puts it, is that "the application is stateful now": a
@@ -26,9 +29,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 import cachetools
 from flask import Flask, current_app, g, session
@@ -40,7 +44,16 @@ from .models import CacheInvalidation, utcnow
 # Log entries are kept this long; a process that has not replayed the log for
 # half of it may have missed some, and drops its whole cache instead.
 LOG_RETENTION = timedelta(minutes=10)
+# Writes prune the log about once every this many log entries.
+PRUNE_EVERY = 500
 SESSION_KEY = "seen_write"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CacheKey(str):
+    """The name of one cached entry, as only its read can make it (``read.key(...)``)."""
 
 
 class ReadCache(Protocol):
@@ -48,10 +61,10 @@ class ReadCache(Protocol):
 
     enabled: bool
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
-        """The value kept under ``key``, or ``compute()``'s, kept if still valid."""
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        """The value kept under ``key``, or ``compute()``'s, kept if ``keep`` says so and it is still valid."""
 
-    def forget(self, *keys: str) -> None:
+    def forget(self, *keys: CacheKey) -> None:
         """Within a write's transaction: these keys are stale once it commits."""
 
     def after_commit(self) -> None:
@@ -64,15 +77,36 @@ class ReadCache(Protocol):
         """Catch up with other processes' writes (all of them up to ``at_least``, if given)."""
 
 
+@dataclass
+class RequestState:
+    """What one request knows about the cache: kept in ``g``, gone with the request."""
+
+    # Evictions counted when the request's reads began (None: outside a request,
+    # count from now): a value computed from rows read before a later eviction
+    # of its key may be stale, and is not stored.
+    epoch: int | None = None
+    # Keys the open transaction has logged, and the last log id it wrote.
+    forgotten: list[str] = field(default_factory=list)
+    forgotten_up_to: int | None = None
+    # The last log id this request committed: the writer's next request replays up to it.
+    committed_up_to: int | None = None
+
+
+def request_state() -> RequestState:
+    if "tweepy_cache" not in g:
+        g.tweepy_cache = RequestState()
+    return g.tweepy_cache
+
+
 class NoCache:
     """Every read goes to the database; nothing to forget."""
 
     enabled = False
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         return compute()
 
-    def forget(self, *keys: str) -> None:
+    def forget(self, *keys: CacheKey) -> None:
         pass
 
     def after_commit(self) -> None:
@@ -103,19 +137,23 @@ class LocalCache:
         # uWSGI threads or gevent greenlets share this object; syncs must not interleave.
         self.lock = threading.RLock()
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         try:
             return self.entries[key]
         except KeyError:
             pass
-        epoch = g.get("cache_epoch", self.evictions)
+        epoch = request_state().epoch
+        if epoch is None:
+            epoch = self.evictions
         value = compute()
+        if not keep(value):
+            return value
         with self.lock:
             if self.cleared_at <= epoch and self.evicted_at.get(key, -1) <= epoch:
                 self.entries[key] = value
         return value
 
-    def forget(self, *keys: str) -> None:
+    def forget(self, *keys: CacheKey) -> None:
         """Log the keys in the current transaction; evict them here once it commits."""
         if not keys:
             return
@@ -123,22 +161,25 @@ class LocalCache:
             insert(CacheInvalidation).returning(CacheInvalidation.id),
             [{"key": key} for key in keys],
         )
-        last = max(result.scalars())
-        if last % 1000 == 0:
+        ids = sorted(result.scalars())
+        # Prune whenever this write's ids cross a multiple of PRUNE_EVERY, however many it logged.
+        if ids[-1] // PRUNE_EVERY != (ids[0] - 1) // PRUNE_EVERY:
             prune_log()
-        g.setdefault("forgotten", []).extend(keys)
-        g.forgotten_up_to = last
+        state = request_state()
+        state.forgotten.extend(keys)
+        state.forgotten_up_to = ids[-1]
 
     def after_commit(self) -> None:
-        keys = g.pop("forgotten", ())
-        if keys:
-            g.cache_write = g.pop("forgotten_up_to")
+        state = request_state()
+        if state.forgotten:
+            keys, state.forgotten = state.forgotten, []
+            state.committed_up_to, state.forgotten_up_to = state.forgotten_up_to, None
             with self.lock:
                 self._evict(keys)
 
     def after_rollback(self) -> None:
-        g.pop("forgotten", None)
-        g.pop("forgotten_up_to", None)
+        state = request_state()
+        state.forgotten, state.forgotten_up_to = [], None
 
     def sync(self, at_least: int | None = None) -> None:
         now = time.monotonic()
@@ -154,14 +195,15 @@ class LocalCache:
                 self.cleared_at = self.evictions
             elif newest > self.applied:
                 keys = db.session.scalars(
-                    select(CacheInvalidation.key)
-                    .where(CacheInvalidation.id > self.applied, CacheInvalidation.id <= newest)
+                    select(CacheInvalidation.key).where(
+                        CacheInvalidation.id > self.applied, CacheInvalidation.id <= newest
+                    )
                 )
                 self._evict(keys)
             self.applied = max(newest, self.applied or 0)
             self.synced_at = now
 
-    def _evict(self, keys) -> None:
+    def _evict(self, keys: Iterable[str]) -> None:
         self.evictions += 1
         for key in keys:
             self.entries.pop(key, None)
@@ -177,25 +219,66 @@ def cache() -> ReadCache:
     return current_app.extensions["tweepy_cache"]
 
 
-def memoized(name: str) -> Callable:
-    """Cache a read under ``name:arg1:arg2``; ``forget`` takes the same key."""
+class CachedRead(Generic[P, R]):
+    """A read whose results are kept under keys it names itself.
 
-    def decorate(read: Callable) -> Callable:
-        @functools.wraps(read)
-        def cached_read(*args: Hashable) -> Any:
-            return cache().get_or_compute(key(name, *args), lambda: read(*args))
+    ``canonical`` maps the read's arguments to the ones that identify a result
+    (``"Bob"`` and ``"bob"`` name the same user), for the call and the key alike.
+    """
 
-        cached_read.uncached = read
-        return cached_read
+    def __init__(
+        self,
+        name: str,
+        read: Callable[P, R],
+        canonical: Callable[..., tuple] | None = None,
+        keep: Callable[[R], bool] | None = None,
+    ) -> None:
+        self.name = name
+        self.uncached = read
+        self.canonical = canonical or (lambda *args: args)
+        # A miss is not kept: its key is whatever the client asked for, and
+        # keeping every miss would let anyone fill the cache.
+        self.keep = keep or (lambda value: value is not None)
+        functools.update_wrapper(self, read)
+
+    def key(self, *args: Hashable) -> CacheKey:
+        return CacheKey(":".join((self.name, *map(str, self.canonical(*args)))))
+
+    def __call__(self, *args: Hashable) -> R:
+        canonical = self.canonical(*args)
+        return cache().get_or_compute(self.key(*args), lambda: self.uncached(*canonical), self.keep)
+
+    def __repr__(self) -> str:
+        return f"<cached read {self.name}>"
+
+
+# Every cached read, by name: the tests check each one is forgotten by the writes that change it.
+READS: dict[str, CachedRead] = {}
+
+
+def memoized(
+    name: str, canonical: Callable[..., tuple] | None = None, keep: Callable[[Any], bool] | None = None
+) -> Callable[[Callable[P, R]], CachedRead[P, R]]:
+    """Cache a read under keys ``name:arg1:arg2``; ``read.key(...)`` names them for ``forget``.
+
+    ``canonical`` maps arguments to the ones that identify a result; ``keep``
+    says which results are worth keeping (by default, anything but None).
+    """
+
+    def decorate(read: Callable[P, R]) -> CachedRead[P, R]:
+        if name in READS:
+            raise ValueError(f"two cached reads are named {name!r}")
+        READS[name] = CachedRead(name, read, canonical, keep)
+        return READS[name]
 
     return decorate
 
 
-def key(name: str, *args: Hashable) -> str:
-    return ":".join((name, *map(str, args)))
-
-
-def forget(*keys: str) -> None:
+def forget(*keys: CacheKey) -> None:
+    """Within a write's transaction: the entries under these keys are stale once it commits."""
+    for key in keys:
+        if not isinstance(key, CacheKey):
+            raise TypeError(f"forget() takes keys made by a cached read's .key(), not {key!r}")
     cache().forget(*keys)
 
 
@@ -205,7 +288,7 @@ def init_app(app: Flask) -> None:
     else:
         backend = NoCache()
     app.extensions["tweepy_cache"] = backend
-    if isinstance(backend, NoCache):
+    if not backend.enabled:
         return
 
     @app.before_request
@@ -213,11 +296,11 @@ def init_app(app: Flask) -> None:
         backend.sync(at_least=session.get(SESSION_KEY))
         # This request's reads all come after the sync, so they may fill what it
         # evicted; a key evicted after this point was changed under them, and is not stored.
-        g.cache_epoch = backend.evictions
+        request_state().epoch = backend.evictions
 
     @app.after_request
     def remember_own_writes(response):
         # The writer's next request, wherever it lands, replays up to here first.
-        if "cache_write" in g:
-            session[SESSION_KEY] = g.cache_write
+        if "tweepy_cache" in g and g.tweepy_cache.committed_up_to is not None:
+            session[SESSION_KEY] = g.tweepy_cache.committed_up_to
         return response

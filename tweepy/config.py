@@ -1,10 +1,10 @@
-"""Every setting tweepy has, with its default, read from ``TWEEPY_*`` variables.
+"""Every setting the app reads, with its default, from ``TWEEPY_*`` variables.
 
-A stage is nothing but values for these settings (see ``stages/``), so this
-module is the single list of switches the ladder can turn. A setting is read
-from the environment variable of the same name with a ``TWEEPY_`` prefix
-(``DATABASE_URL`` from ``TWEEPY_DATABASE_URL``); ``create_app(overrides)`` wins
-over both.
+A setting is read from the environment variable of the same name with a
+``TWEEPY_`` prefix (``DATABASE_URL`` from ``TWEEPY_DATABASE_URL``);
+``create_app(overrides)`` wins over both. How a stage is served (which server,
+how many processes, gevent) is not the app's business: those settings belong
+to the stage runner, ``tools/stages.py``. The README lists both.
 """
 
 from __future__ import annotations
@@ -24,33 +24,35 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    # Where the data lives. Any SQLAlchemy URL; empty means a SQLite file in the instance folder.
-    Setting("DATABASE_URL", "", "SQLAlchemy database URL (default: instance/tweepy.sqlite3)"),
+    # Where things live.
+    Setting("DATABASE_URL", "", "SQLAlchemy database URL (default: a SQLite file in the instance folder)"),
+    Setting("INSTANCE_PATH", "", "Folder for the SQLite file and the secret key (default: instance/ beside tweepy/)"),
     Setting("SECRET_KEY", "", "Signs sessions and CSRF tokens (default: generated once, kept in the instance folder)"),
+    # Passwords.
     Setting("BCRYPT_LOG_ROUNDS", 12, "bcrypt cost; the benchmark reports it next to every figure"),
     Setting("BCRYPT_IN_THREADPOOL", False, "Hash in gevent's native thread pool so greenlets keep running"),
+    # Pages and requests.
     Setting("PAGE_SIZE", 50, "Tweets or users per page"),
     Setting("MAX_CONTENT_LENGTH", 1024 * 1024, "Largest request body accepted; bigger ones get 413"),
-    # SQLite tuning (stage 3); ignored for other databases.
+    Setting("WORKER_HEADER", False, "Name the answering process in an X-Tweepy-Worker header (tests use it)"),
+    # SQLite tuning; ignored for other databases.
     Setting("SQLITE_TUNED", False, "WAL, synchronous=NORMAL, cache, mmap and temp_store pragmas"),
     Setting("SQLITE_BUSY_TIMEOUT_MS", 5000, "How long a connection waits for a lock before 'database is locked'"),
     Setting("SQLITE_CACHE_MB", 64, "Page cache per connection, in MiB (tuned only)"),
     Setting("SQLITE_MMAP_MB", 256, "Memory-mapped I/O size, in MiB (tuned only)"),
-    # Connection pool (stage 5): bounded, so async workers cannot exhaust the database.
+    # Connection pool: bounded, so concurrent requests cannot exhaust the database.
     Setting("DB_POOL_SIZE", 5, "Connections kept per process"),
     Setting("DB_POOL_OVERFLOW", 0, "Extra connections a process may open under load"),
     Setting("DB_POOL_TIMEOUT", 10, "Seconds a request waits for a pooled connection"),
-    # Memoized reads (stage 4).
+    # Memoized reads.
     Setting("CACHE", "none", "Read cache: 'none' or 'local' (in-process, cross-process invalidation)"),
     Setting("CACHE_SIZE", 20000, "Entries kept per process"),
     Setting("CACHE_TTL", 300, "Seconds an entry may live even with no invalidation (a safety net)"),
     Setting("CACHE_SYNC_INTERVAL", 1.0, "Seconds between checks of other processes' writes: the staleness bound"),
-    # How a stage is served (read by tools/stages.py, which starts the servers; the app ignores them).
-    Setting("SERVER", "dev", "'dev' (Flask's development server) or 'uwsgi' (nginx in front of uWSGI)"),
-    Setting("PROCESSES", "4", "uWSGI worker processes; 'auto' means one per core (nproc)"),
-    Setting("GEVENT", 0, "gevent async cores per uWSGI process; 0 means plain synchronous workers"),
-    Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
-    Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0001 has no timeline indexes)"),
+    Setting("TIMELINE_FROM_CACHED_PAGES", False, "Merge a timeline's first page from each author's cached page"),
+    # Rendered tweets.
+    Setting("FRAGMENT_CACHE", False, "Keep each tweet's rendered HTML per process (keyed by row and template)"),
+    Setting("FRAGMENT_CACHE_BYTES", 32 * 1024 * 1024, "Bytes of rendered HTML kept per process"),
 )
 
 _BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
@@ -70,15 +72,25 @@ def _parse(setting: Setting, raw: str) -> Any:
     return raw
 
 
+BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+def read(name: str, overrides: dict[str, Any] | None = None) -> Any:
+    """One setting: the override, else its ``TWEEPY_*`` variable, else its default."""
+    if overrides and name in overrides:
+        return overrides[name]
+    setting = BY_NAME[name]
+    raw = os.environ.get(f"TWEEPY_{name}")
+    return setting.default if raw is None else _parse(setting, raw)
+
+
 def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The effective settings: defaults, then ``TWEEPY_*`` variables, then overrides."""
     overrides = dict(overrides or {})
-    config: dict[str, Any] = {}
-    for setting in SETTINGS:
-        raw = os.environ.get(f"TWEEPY_{setting.name}")
-        config[setting.name] = setting.default if raw is None else _parse(setting, raw)
+    config = {setting.name: read(setting.name) for setting in SETTINGS}
     # Overrides may also carry Flask's own keys (TESTING, WTF_CSRF_ENABLED...).
     config.update(overrides)
+    config["INSTANCE_PATH"] = instance_path
 
     if not config["DATABASE_URL"]:
         config["DATABASE_URL"] = "sqlite:///" + os.path.join(instance_path, "tweepy.sqlite3")
@@ -86,7 +98,18 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
         config["SECRET_KEY"] = _instance_secret(Path(instance_path) / "secret_key")
     if config["CACHE"] not in ("none", "local"):
         raise ValueError(f"TWEEPY_CACHE={config['CACHE']!r}: expected 'none' or 'local'")
+    if config["TIMELINE_FROM_CACHED_PAGES"] and config["CACHE"] == "none":
+        raise ValueError("TWEEPY_TIMELINE_FROM_CACHED_PAGES merges cached pages: it needs a TWEEPY_CACHE")
     return config
+
+
+def shown(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings as they may be logged: no secret key, no database password."""
+    from sqlalchemy.engine import make_url
+
+    visible = {s.name: config[s.name] for s in SETTINGS if s.name != "SECRET_KEY"}
+    visible["DATABASE_URL"] = make_url(config["DATABASE_URL"]).render_as_string(hide_password=True)
+    return visible
 
 
 def _instance_secret(path: Path) -> str:
@@ -95,12 +118,14 @@ def _instance_secret(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     # Written aside then linked into place: when several workers start at once,
-    # the first link wins and nobody ever reads a half-written file.
+    # the first link wins and nobody ever reads a half-written file. Owner-only
+    # from its creation, never readable by others even for a moment.
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(secrets.token_hex(32))
-    os.chmod(tmp, 0o600)
+    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secrets.token_hex(32))
     try:
         os.link(tmp, path)
     except FileExistsError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import abort, request
+from flask import abort, current_app, request, url_for
 
 # SQLite and PostgreSQL integers stop at 2**63 - 1; a bigger id cannot exist.
 LARGEST_ID = 2**63 - 1
@@ -24,3 +24,13 @@ def tweet_id_arg(name: str) -> int | None:
 
 def page_arg() -> int:
     return _positive_int("page", LARGEST_PAGE) or 1
+
+
+def is_full(rows) -> bool:
+    """A full page may have a next one (no COUNT: the next page may turn out empty)."""
+    return len(rows) >= current_app.config["PAGE_SIZE"]
+
+
+def older_tweets_url(tweets, endpoint: str, **values) -> str | None:
+    """The link to the tweets after this page, keyed by the last id shown."""
+    return url_for(endpoint, before=tweets[-1].id, **values) if is_full(tweets) else None

@@ -3,10 +3,11 @@
 bcrypt is the costliest thing the app does (about a quarter of a second of CPU
 at cost 12), on purpose. Two things keep it from hurting everything else:
 
-* A hash never holds a database connection: the request gives its connection
-  back to the pool first. (Measured at stage 5: greenlets waiting for hashes
-  while holding connections drained the pool, and requests that only wanted to
-  read failed after the pool timeout.)
+* A hash never holds a database connection: the caller hashes inside
+  ``with connection_given_back():``, and hashing refuses to start otherwise.
+  (Measured with gevent: greenlets waiting for hashes while holding
+  connections drained the pool, and requests that only wanted to read failed
+  after the pool timeout.)
 * With ``BCRYPT_IN_THREADPOOL`` (gevent), hashing runs on one native thread per
   process at a lower CPU priority, so the other greenlets keep running (bcrypt
   releases the GIL), and a herd of logins queues for that thread instead of
@@ -18,7 +19,8 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -43,8 +45,20 @@ def _hashing_thread(pid: int):
     return pool
 
 
+@contextmanager
+def connection_given_back() -> Iterator[None]:
+    """End the request's database transaction and give its connection back to the pool.
+
+    Whatever the request reads next opens a new transaction on a connection
+    taken again from the pool, once the slow part is over.
+    """
+    db.session.close()
+    yield
+
+
 def _slow(work: Callable[..., Any], *args: Any) -> Any:
-    db.session.close()  # give the connection back while we hash
+    if db.session().in_transaction():
+        raise RuntimeError("hash inside `with connection_given_back():`, not while holding a database connection")
     if current_app.config["BCRYPT_IN_THREADPOOL"]:
         return _hashing_thread(os.getpid()).apply(work, args)
     return work(*args)

@@ -1,13 +1,15 @@
 """Every read the pages make, returning plain rows (named tuples), never ORM objects.
 
 Plain rows can be cached, shared between requests and rendered without lazy
-loads. The ``@memoized`` reads are the ones the cache stage keeps; the keys they
-are kept under are forgotten by ``writes.py`` whenever a write changes them.
+loads. The ``@memoized`` reads are the ones the cache keeps; each names its own
+entries (``newest_tweets_by.key(author_id)``), and ``writes.py`` forgets them
+through those names whenever a write changes them.
 """
 
 from __future__ import annotations
 
 import heapq
+import re
 from datetime import datetime
 from itertools import islice
 from operator import attrgetter
@@ -16,9 +18,13 @@ from typing import NamedTuple
 from flask import current_app
 from sqlalchemy import func, literal, select
 
-from .cache import cache, memoized
+from .cache import memoized
 from .extensions import db
 from .models import Follow, Tweet, User
+
+
+# The names registration accepts: ASCII only, so lower-casing is plain ASCII too.
+NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
 
 
 class UserRow(NamedTuple):
@@ -51,20 +57,29 @@ def user_by_id(user_id: int) -> UserRow | None:
     return UserRow(*row) if row else None
 
 
+def is_possible_name(name: str) -> bool:
+    """Whether someone could have registered this name; no other name is ever looked up."""
+    return NAME.fullmatch(name) is not None
+
+
+def _canonical_name(name: str) -> tuple[str]:
+    # Checked before lower-casing: "\u212a".lower() is an ASCII "k".
+    return (name.lower() if is_possible_name(name) else "",)
+
+
+@memoized("user_named", canonical=_canonical_name)
 def user_named(name: str) -> UserRow | None:
-    return _user_named(name.lower())
-
-
-@memoized("user_named")
-def _user_named(lowered_name: str) -> UserRow | None:
-    row = db.session.execute(
-        select(User.id, User.name).where(func.lower(User.name) == lowered_name)
-    ).one_or_none()
+    """The user of this name, whatever its case (the read lower-cases it, for the call and the key)."""
+    if not name:
+        return None
+    row = db.session.execute(select(User.id, User.name).where(func.lower(User.name) == name)).one_or_none()
     return UserRow(*row) if row else None
 
 
 def credentials_of(name: str) -> tuple[UserRow, str] | None:
     """The user and their password hash, for logging in (never cached)."""
+    if not is_possible_name(name):
+        return None
     row = db.session.execute(
         select(User.id, User.name, User.password_hash).where(func.lower(User.name) == name.lower())
     ).one_or_none()
@@ -80,42 +95,48 @@ def following_of(user_id: int) -> frozenset[int]:
     return frozenset(db.session.scalars(select(Follow.followed_id).where(Follow.follower_id == user_id)))
 
 
+def _select_tweets(authors, before: int | None):
+    query = select(*_TWEET_COLUMNS).join(User, User.id == Tweet.author_id).where(authors)
+    if before is not None:
+        query = query.where(Tweet.id < before)
+    return query.order_by(Tweet.id.desc()).limit(page_size())
+
+
 def tweets_by(author_id: int, before: int | None = None) -> tuple[TweetRow, ...]:
     """A profile page: the author's tweets, newest first, older than ``before``."""
     if before is None:
-        return latest_tweets_by(author_id)
-    return _tweets_by(author_id, before)
+        return newest_tweets_by(author_id)
+    return _tweet_rows(_select_tweets(Tweet.author_id == author_id, before))
 
 
-@memoized("tweets_by")
-def latest_tweets_by(author_id: int) -> tuple[TweetRow, ...]:
-    return _tweets_by(author_id, None)
-
-
-def _tweets_by(author_id: int, before: int | None) -> tuple[TweetRow, ...]:
-    query = select(*_TWEET_COLUMNS).join(User, User.id == Tweet.author_id).where(Tweet.author_id == author_id)
-    if before is not None:
-        query = query.where(Tweet.id < before)
-    return _tweet_rows(query.order_by(Tweet.id.desc()).limit(page_size()))
+@memoized("newest_tweets_by")
+def newest_tweets_by(author_id: int) -> tuple[TweetRow, ...]:
+    """The first page of a profile, and the piece of every follower's timeline that is this author's."""
+    return _tweet_rows(_select_tweets(Tweet.author_id == author_id, None))
 
 
 def timeline_of(user_id: int, before: int | None = None) -> tuple[TweetRow, ...]:
     """One's own tweets and those of whom one follows, newest first (minitwit's timeline)."""
-    if before is None and cache().enabled:
-        # Built from cached per-author pages: a new tweet then invalidates one
-        # entry (its author's) instead of the timelines of all their followers.
-        authors = following_of(user_id) | {user_id}
-        pages = [latest_tweets_by(author) for author in authors]
-        return tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), page_size()))
-
+    if before is None and current_app.config["TIMELINE_FROM_CACHED_PAGES"]:
+        return _timeline_merged_from_author_pages(user_id)
     authors = select(Follow.followed_id).where(Follow.follower_id == user_id).union_all(select(literal(user_id)))
-    query = select(*_TWEET_COLUMNS).join(User, User.id == Tweet.author_id).where(Tweet.author_id.in_(authors))
-    if before is not None:
-        query = query.where(Tweet.id < before)
-    return _tweet_rows(query.order_by(Tweet.id.desc()).limit(page_size()))
+    return _tweet_rows(_select_tweets(Tweet.author_id.in_(authors), before))
 
 
-@memoized("users_page")
+def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
+    """The same first page, merged from each author's cached newest page.
+
+    A new tweet then invalidates one entry (its author's) instead of the
+    timelines of all their followers. The rows are the ones ``timeline_of``'s
+    query returns (a test compares them).
+    """
+    authors = following_of(user_id) | {user_id}
+    pages = [newest_tweets_by(author) for author in authors]
+    return tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), page_size()))
+
+
+# A page past the last one is empty and not kept: its number is the client's choice.
+@memoized("users_page", keep=bool)
 def users_page(page: int) -> tuple[UserRow, ...]:
     """Page ``page`` (from 1) of all users in the order they joined."""
     size = page_size()
@@ -123,7 +144,7 @@ def users_page(page: int) -> tuple[UserRow, ...]:
     return tuple(UserRow(*row) for row in db.session.execute(query))
 
 
-def page_of_user(user_id: int) -> int:
-    """Which page of ``users_page`` lists this user."""
+def users_page_listing(user_id: int) -> int:
+    """Which page of ``users_page`` lists this user (the one a registration changes)."""
     earlier = db.session.scalar(select(func.count()).select_from(User).where(User.id < user_id))
     return earlier // page_size() + 1

@@ -1,4 +1,4 @@
-"""What belongs to no feature: the health check and the error pages."""
+"""What belongs to no feature: the health check, and the one place refusals become HTTP statuses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from flask_wtf.csrf import CSRFError, generate_csrf
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
+from werkzeug.http import HTTP_STATUS_CODES
 
+from . import errors
 from .extensions import db
 
 bp = Blueprint("site", __name__)
@@ -37,6 +39,25 @@ def healthz():
 def csrf_failed(error: CSRFError):
     reason = f"{error.description} Reload the page and try again."
     return render_template("error.html", code=400, title="Form expired", reason=reason), 400
+
+
+# What each kind of refusal is called in HTTP; the first that matches wins.
+STATUS_OF_REFUSAL: dict[type[errors.Refused], int] = {
+    errors.Invalid: 400,
+    errors.NotAllowed: 403,
+    errors.NotFound: 404,
+    errors.Taken: 409,
+}
+
+
+def status_of(refusal: errors.Refused) -> int:
+    return next((code for kind, code in STATUS_OF_REFUSAL.items() if isinstance(refusal, kind)), 400)
+
+
+@bp.app_errorhandler(errors.Refused)
+def refused(refusal: errors.Refused):
+    code = status_of(refusal)
+    return render_template("error.html", code=code, title=HTTP_STATUS_CODES[code], reason=str(refusal)), code
 
 
 @bp.app_errorhandler(HTTPException)

@@ -8,7 +8,7 @@ from flask_login import current_user, login_required
 from . import queries, writes
 from .forms import ActionForm, TweetForm
 from .navigation import go_back
-from .paging import LARGEST_ID, tweet_id_arg
+from .paging import LARGEST_ID, older_tweets_url, tweet_id_arg
 
 bp = Blueprint("tweets", __name__, url_prefix="/tweets")
 
@@ -16,7 +16,8 @@ bp = Blueprint("tweets", __name__, url_prefix="/tweets")
 def _render_timeline(form: TweetForm, status: int = 200):
     before = tweet_id_arg("before")
     tweets = queries.timeline_of(current_user.id, before)
-    return render_template("timeline.html", form=form, tweets=tweets, before=before), status
+    older = older_tweets_url(tweets, "tweets.timeline")
+    return render_template("timeline.html", form=form, tweets=tweets, before=before, older_url=older), status
 
 
 @bp.get("/")

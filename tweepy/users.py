@@ -8,7 +8,7 @@ from flask_login import current_user, login_required
 from . import queries, writes
 from .forms import ActionForm
 from .navigation import go_back
-from .paging import page_arg, tweet_id_arg
+from .paging import is_full, older_tweets_url, page_arg, tweet_id_arg
 
 bp = Blueprint("users", __name__, url_prefix="/users")
 
@@ -29,7 +29,8 @@ def _user_or_404(name: str) -> queries.UserRow:
 def index():
     page = page_arg()
     users = queries.users_page(page)
-    return render_template("users.html", users=users, page=page, following=_following())
+    next_page = page + 1 if is_full(users) else None
+    return render_template("users.html", users=users, page=page, next_page=next_page, following=_following())
 
 
 @bp.get("/<name>/")
@@ -37,7 +38,8 @@ def profile(name: str):
     user = _user_or_404(name)
     before = tweet_id_arg("before")
     tweets = queries.tweets_by(user.id, before)
-    return render_template("profile.html", user=user, tweets=tweets, before=before, following=_following())
+    older = older_tweets_url(tweets, "users.profile", name=user.name)
+    return render_template("profile.html", user=user, tweets=tweets, older_url=older, following=_following())
 
 
 @bp.post("/<name>/follow")

@@ -1,9 +1,10 @@
 """Every change of state the app makes, each in one short transaction.
 
 This is the one place that writes: each function commits its rows and, in the
-same transaction, forgets the cached reads the write makes stale (see
-``cache.py``). Slow work (bcrypt) happens before the transaction opens, so no
-lock is held while it runs.
+same transaction, forgets the cached reads the write makes stale, through the
+keys those reads name (see ``cache.py``). Slow work (bcrypt) happens before,
+in the view, so no lock is held while it runs. Refusals are ``errors.Refused``,
+which the site maps to HTTP statuses.
 """
 
 from __future__ import annotations
@@ -13,21 +14,12 @@ from contextlib import contextmanager
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
-from werkzeug.exceptions import BadRequest, Forbidden, NotFound
 
 from . import queries
-from .cache import cache, forget, key
+from .cache import cache, forget
+from .errors import Invalid, NotAllowed, NotFound, Taken
 from .extensions import db
 from .models import Follow, Tweet, User
-from .passwords import hash_password
-
-
-class Taken(Exception):
-    """A name or email that belongs to someone else already."""
-
-    def __init__(self, field: str) -> None:
-        super().__init__(f"{field} is taken")
-        self.field = field
 
 
 @contextmanager
@@ -43,14 +35,13 @@ def transaction() -> Iterator[None]:
     cache().after_commit()
 
 
-def register(name: str, email: str, password: str) -> queries.UserRow:
-    password_hash = hash_password(password)
+def register(name: str, email: str, password_hash: str) -> queries.UserRow:
     try:
         with transaction():
             user = User(name=name, email=email.lower(), password_hash=password_hash)
             db.session.add(user)
             db.session.flush()
-            forget(key("user_named", name.lower()), key("users_page", queries.page_of_user(user.id)))
+            forget(queries.user_named.key(name), queries.users_page.key(queries.users_page_listing(user.id)))
     except IntegrityError:
         # Someone took the name or the email between the form's check and now.
         raise Taken("email" if queries.email_taken(email) else "name") from None
@@ -62,7 +53,7 @@ def post_tweet(author_id: int, text: str) -> int:
         tweet = Tweet(author_id=author_id, text=text)
         db.session.add(tweet)
         db.session.flush()
-        forget(key("tweets_by", author_id))
+        forget(queries.newest_tweets_by.key(author_id))
     return tweet.id
 
 
@@ -72,30 +63,30 @@ def delete_tweet(user_id: int, tweet_id: int) -> None:
         if author_id is None:
             raise NotFound("No such tweet.")
         if author_id != user_id:
-            raise Forbidden("You can only delete your own tweets.")
+            raise NotAllowed("You can only delete your own tweets.")
         db.session.execute(delete(Tweet).where(Tweet.id == tweet_id))
-        forget(key("tweets_by", author_id))
+        forget(queries.newest_tweets_by.key(author_id))
 
 
 def follow(follower_id: int, followed_id: int) -> None:
     if follower_id == followed_id:
-        raise BadRequest("You cannot follow yourself.")
+        raise Invalid("You cannot follow yourself.")
     try:
         with transaction():
             if db.session.get(Follow, (follower_id, followed_id)) is None:
                 db.session.add(Follow(follower_id=follower_id, followed_id=followed_id))
                 db.session.flush()
-                forget(key("following", follower_id))
+                forget(queries.following_of.key(follower_id))
     except IntegrityError:
         pass  # a concurrent request of the same user followed first: the end state is the same
 
 
 def unfollow(follower_id: int, followed_id: int) -> None:
     if follower_id == followed_id:
-        raise BadRequest("You cannot unfollow yourself.")
+        raise Invalid("You cannot unfollow yourself.")
     with transaction():
         gone = db.session.execute(
             delete(Follow).where(Follow.follower_id == follower_id, Follow.followed_id == followed_id)
         )
         if gone.rowcount:
-            forget(key("following", follower_id))
+            forget(queries.following_of.key(follower_id))

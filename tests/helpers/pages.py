@@ -1,24 +1,34 @@
-"""Reading pages the way a person does (which tweets, which errors, which buttons),
-and signing people up, each in a browser of their own."""
+"""Reading pages the way a person does: which tweets, which errors, which buttons, which token.
+
+Each reader takes a Flask test-client response, a ``requests`` response or the page's text.
+"""
 
 from __future__ import annotations
 
 import html
 import re
 
-from conftest import Browser
-
-
-def sign_up(app, name: str) -> Browser:
-    """A new browser (test client) on ``app``, registered and logged in as ``name``."""
-    browser = Browser(app.test_client())
-    response = browser.register(name)
-    assert response.status_code == 303, response.get_data(as_text=True)
-    return browser
+_CSRF_TOKEN = re.compile(r'name="csrf_token" type="hidden" value="([^"]+)"')
 
 
 def text_of(response) -> str:
-    return response.get_data(as_text=True)
+    if isinstance(response, str):
+        return response
+    if hasattr(response, "get_data"):
+        return response.get_data(as_text=True)
+    return response.text
+
+
+def find_csrf_token(response) -> str | None:
+    """The CSRF token of the page's first form, if it has one."""
+    found = _CSRF_TOKEN.search(text_of(response))
+    return html.unescape(found.group(1)) if found else None
+
+
+def csrf_token(response) -> str:
+    token = find_csrf_token(response)
+    assert token, "the page has no CSRF token"
+    return token
 
 
 def tweet_texts(response) -> list[str]:
@@ -52,4 +62,4 @@ def user_names(response) -> list[str]:
 
 def without_csrf_tokens(response) -> str:
     """The page with its CSRF tokens blanked: they are signed with the time, the rest should not vary."""
-    return re.sub(r'(name="csrf_token" type="hidden" value=")[^"]*"', r'\1"', text_of(response))
+    return _CSRF_TOKEN.sub('name="csrf_token" type="hidden" value=""', text_of(response))

@@ -1,0 +1,46 @@
+"""A person with a browser, over real HTTP: for tests of servers started for real."""
+
+from __future__ import annotations
+
+import requests
+
+from .pages import find_csrf_token
+
+SEED_PASSWORD = "tweepy123"  # what `flask seed` gives every seeded user
+
+
+class Visitor:
+    """Keeps cookies, takes CSRF tokens from the pages it reads, and remembers which worker answered."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base = base_url.rstrip("/")
+        self.http = requests.Session()
+        self.token: str | None = None
+
+    def get(self, path: str) -> requests.Response:
+        response = self.http.get(self.base + path, allow_redirects=False, timeout=30)
+        token = find_csrf_token(response.text)
+        if token:
+            self.token = token
+        return response
+
+    def post(self, path: str, data: dict | None = None, token: bool = True) -> requests.Response:
+        fields = dict(data or {})
+        if token:
+            fields["csrf_token"] = self.token
+        return self.http.post(self.base + path, data=fields, allow_redirects=False, timeout=30)
+
+    def login(self, name: str, password: str = SEED_PASSWORD) -> requests.Response:
+        self.get("/")
+        return self.post("/", {"name": name, "password": password})
+
+
+def worker_of(response: requests.Response) -> str:
+    """The process that answered (the stage runs with TWEEPY_WORKER_HEADER on)."""
+    return response.headers["X-Tweepy-Worker"]
+
+
+def logged_in(base_url: str, name: str) -> Visitor:
+    visitor = Visitor(base_url)
+    assert visitor.login(name).status_code == 303
+    return visitor
