@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers.pages import csrf_token
 from helpers.browser import sign_up
-from helpers.pages import errors, text_of
+from helpers.pages import csrf_token, errors, text_of
 from helpers.stored import PASSWORD, add_users, count, user_row
 
 from tweepy.models import User
@@ -90,7 +89,9 @@ def test_login_goes_back_to_the_page_that_asked_for_it(app, client):
     assert asked.headers["Location"] == "/?next=%2Fusers%2F"
     page = client.get(asked.headers["Location"])
     assert 'name="next" type="hidden" value="/users/"' in text_of(page)
-    response = client.post("/", data={"name": "alice", "password": PASSWORD, "next": "/users/", "csrf_token": csrf_token(page)})
+    response = client.post(
+        "/", data={"name": "alice", "password": PASSWORD, "next": "/users/", "csrf_token": csrf_token(page)}
+    )
     assert response.status_code == 303
     assert response.headers["Location"] == "/users/"
 
@@ -165,7 +166,14 @@ def test_a_registered_user_can_log_in_again_later(app, browser):
         {"password": "x" * 72, "confirm": "x" * 72},
         {"password": "é" * 36, "confirm": "é" * 36},  # 72 bytes
     ],
-    ids=["3-char name", "32-char name", "underscore and digits", "8-char password", "72-byte password", "72 bytes of é"],
+    ids=[
+        "3-char name",
+        "32-char name",
+        "underscore and digits",
+        "8-char password",
+        "72-byte password",
+        "72 bytes of é",
+    ],
 )
 def test_register_accepts_input_at_the_limits(app, browser, changes):
     response = register(browser, **changes)
@@ -233,7 +241,9 @@ def test_register_refuses_a_taken_email(app, browser, taken):
 
 
 @pytest.mark.parametrize(("changes", "field"), [({"name": "Alice"}, "name"), ({"email": "alice@example.com"}, "email")])
-def test_name_or_email_taken_between_check_and_insert_is_a_form_error_not_a_500(app, browser, monkeypatch, changes, field):
+def test_name_or_email_taken_between_check_and_insert_is_a_form_error_not_a_500(
+    app, browser, monkeypatch, changes, field
+):
     # Another request registers the same name after this one's form checks passed:
     # the unique indexes refuse the row and the form says so.
     from tweepy.forms import RegisterForm

@@ -53,7 +53,10 @@ def chromium():
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as error:
-        pytest.fail(f"Playwright for Python is not installed ({error}); run `make test`, which installs requirements/test.txt", pytrace=False)
+        pytest.fail(
+            f"Playwright for Python is not installed ({error}); run `make test`, which installs requirements/test.txt",
+            pytrace=False,
+        )
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install chromium`", pytrace=False)
     with sync_playwright() as playwright:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers.browser import Browser
-from helpers.browser import sign_up
+from helpers.browser import Browser, sign_up
 from helpers.pages import form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
 from helpers.stored import add_follow, add_tweets, add_users, user_id
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers.pages import csrf_token
-from helpers.pages import tweet_texts
+from helpers.pages import csrf_token, tweet_texts
 from sqlalchemy import select
 
 from tweepy.extensions import db
@@ -58,13 +57,17 @@ def test_every_seeded_user_logs_in_with_tweepy123(seeded, client):
         with connection_given_back():
             assert password_matches(shared, "tweepy123")
             assert not password_matches(shared, "tweepy124")
-    response = client.post("/", data={"name": f"user{USERS}", "password": "tweepy123", "csrf_token": csrf_token(client.get("/"))})
+    response = client.post(
+        "/", data={"name": f"user{USERS}", "password": "tweepy123", "csrf_token": csrf_token(client.get("/"))}
+    )
     assert response.status_code == 303
 
 
 def test_seed_creates_the_tweets_spread_over_authors_and_time(seeded):
     with seeded.app_context():
-        tweets = db.session.execute(select(Tweet.id, Tweet.author_id, Tweet.text, Tweet.posted).order_by(Tweet.id)).all()
+        tweets = db.session.execute(
+            select(Tweet.id, Tweet.author_id, Tweet.text, Tweet.posted).order_by(Tweet.id)
+        ).all()
     assert len(tweets) == TWEETS
     authors = Counter(t.author_id for t in tweets)
     assert set(authors) <= set(range(1, USERS + 1)) and len(authors) > USERS // 2

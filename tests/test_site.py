@@ -3,18 +3,20 @@ login rules across all endpoints, and the URL map itself."""
 
 from __future__ import annotations
 
+import html
+import os
 import re
 
 import pytest
-from helpers.pages import csrf_token
-from helpers.pages import text_of
+from helpers.pages import csrf_token, text_of
 from helpers.stored import add_tweets, add_users, count
 
+from tweepy import errors, site
 from tweepy.models import Follow, Tweet, User
 
 MIB = 1024 * 1024
 
-# Every route of the app: the URL contract of issue 2, nothing more (no endpoint wipes data).
+# Every route of the app, nothing more (no endpoint wipes data).
 CONTRACT = {
     ("/", frozenset({"GET", "POST"})),
     ("/register/", frozenset({"GET", "POST"})),
@@ -73,7 +75,9 @@ def test_healthz_reports_503_when_the_database_is_gone(make_app, tmp_path):
     assert response.status_code == 503
 
 
-@pytest.mark.parametrize("path", ["/nowhere", "/tweets/abc/delete", "/users/bob/tweets", "/tweets/1/", "/static/nothing.css"])
+@pytest.mark.parametrize(
+    "path", ["/nowhere", "/tweets/abc/delete", "/users/bob/tweets", "/tweets/1/", "/static/nothing.css"]
+)
 def test_unknown_path_is_a_styled_404_page(client, path):
     response = client.get(path)
     assert response.status_code == 404
@@ -146,7 +150,9 @@ def test_logged_out_visitor_is_sent_to_the_login_page(app, client, method, path)
     (bob_id,) = add_users(app, "bob")
     add_tweets(app, bob_id, "bob's")
     token = csrf_token(client.get("/"))
-    response = client.open(path, method=method, data={"csrf_token": token, "tweet": "anonymous"} if method == "POST" else None)
+    response = client.open(
+        path, method=method, data={"csrf_token": token, "tweet": "anonymous"} if method == "POST" else None
+    )
     assert response.status_code in (302, 303)
     assert response.headers["Location"].split("?")[0] == "/"
     assert (count(app, Tweet), count(app, Follow)) == (1, 0)
@@ -156,7 +162,10 @@ def test_logged_out_visitor_is_sent_to_the_login_page(app, client, method, path)
     ("path", "data"),
     [
         ("/", {"name": "bob", "password": "correct horse"}),
-        ("/register/", {"name": "eve", "email": "eve@example.com", "password": "long enough", "confirm": "long enough"}),
+        (
+            "/register/",
+            {"name": "eve", "email": "eve@example.com", "password": "long enough", "confirm": "long enough"},
+        ),
         ("/logout/", {}),
         ("/tweets/", {"tweet": "forged"}),
         ("/tweets/1/delete", {}),
@@ -193,3 +202,41 @@ def test_json_post_without_csrf_token_is_400_not_500(app, alice, body):
 def test_pages_load_nothing_from_other_sites(alice):
     page = text_of(alice.get("/tweets/"))
     assert "http://" not in page and "https://" not in page  # usable without network access
+
+
+# --- refusals -----------------------------------------------------------------
+
+
+def test_every_kind_of_refusal_has_an_http_status():
+    kinds = {kind for kind in vars(errors).values() if isinstance(kind, type) and issubclass(kind, errors.Refused)}
+    assert kinds - {errors.Refused} == set(site.STATUS_OF_REFUSAL)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "status"),
+    [
+        (errors.Invalid("No."), 400),
+        (errors.NotAllowed("Not yours."), 403),
+        (errors.NotFound("Gone."), 404),
+        (errors.Taken("name"), 409),
+    ],
+)
+def test_a_refusal_from_below_the_views_is_its_status_with_the_reason_shown(make_app, refusal, status):
+    app = make_app()
+
+    @app.get("/refuse")
+    def refuse():
+        raise refusal
+
+    response = app.test_client().get("/refuse")
+    assert response.status_code == status
+    assert html.escape(str(refusal)) in text_of(response)
+
+
+# --- which process answered ---------------------------------------------------
+
+
+def test_answers_name_their_worker_only_when_asked(make_app):
+    assert "X-Tweepy-Worker" not in make_app().test_client().get("/healthz").headers
+    named = make_app(WORKER_HEADER=True).test_client().get("/healthz").headers["X-Tweepy-Worker"]
+    assert named.endswith(f":{os.getpid()}")

@@ -91,7 +91,10 @@ def test_register_post_follow_and_see_it(served):
     name = "reg_" + uuid.uuid4().hex[:8]
     visitor = Visitor(served.url)
     visitor.get("/register/")
-    made = visitor.post("/register/", {"name": name, "email": f"{name}@example.com", "password": "long enough", "confirm": "long enough"})
+    made = visitor.post(
+        "/register/",
+        {"name": name, "email": f"{name}@example.com", "password": "long enough", "confirm": "long enough"},
+    )
     assert made.status_code == 303
     visitor.get("/tweets/")
     assert visitor.post("/tweets/", {"tweet": "<script>alert(1)</script>"}).status_code == 303
@@ -130,80 +133,81 @@ def test_deleting_someone_elses_tweet_is_forbidden(served):
 WRITERS, POSTS_EACH, READERS, TIME_LIMIT = 6, 8, 4, 90
 
 
-def test_concurrent_writers_and_readers_lose_nothing_and_read_their_writes(served):
-    """Writers post and follow while readers read; every step is checked as it happens.
+class Workload:
+    """Writers who post, follow and unfollow, each checking they read their own writes,
+    while readers read; every failure is written down as it happens."""
 
-    The page after each write is read until a process other than the writer's
-    has answered (or a few tries), so read-your-writes is checked across processes.
-    """
-    run = uuid.uuid4().hex[:6]
-    deadline = time.monotonic() + TIME_LIMIT
-    errors: list[str] = []
-    acknowledged: list[str] = []
-    read_elsewhere = 0
-    lock = threading.Lock()
+    def __init__(self, running) -> None:
+        self.running = running
+        self.run = uuid.uuid4().hex[:6]
+        self.deadline = time.monotonic() + TIME_LIMIT
+        self.errors: list[str] = []
+        self.acknowledged: list[str] = []
+        self.read_elsewhere = 0  # own writes read back from a process other than the writer's
+        self.lock = threading.Lock()
 
-    def fail(message: str) -> None:
-        with lock:
-            errors.append(message)
+    def fail(self, message: str) -> None:
+        with self.lock:
+            self.errors.append(message)
 
-    def reads_own_write(me: Visitor, wrote: requests.Response, path: str, shows) -> bool:
-        nonlocal read_elsewhere
-        for _ in range(workers(served) * 3):
+    def reads_own_write(self, me: Visitor, wrote: requests.Response, path: str, shows) -> bool:
+        """Read ``path`` until a process other than the writer's answers (a few tries); every read must show it."""
+        for _ in range(workers(self.running) * 3):
             page = me.get(path)
             if not shows(page.text):
                 return False
             if worker_of(page) != worker_of(wrote):
-                with lock:
-                    read_elsewhere += 1
+                with self.lock:
+                    self.read_elsewhere += 1
                 break
         return True
 
-    def writer(k: int) -> None:
+    def writer(self, k: int) -> None:
         name = f"user{10 + k}"
-        me = logged_in(served.url, name)
+        me = logged_in(self.running.url, name)
         me.get("/tweets/")
         for i in range(POSTS_EACH):
-            if time.monotonic() > deadline:
-                return fail(f"{name}: out of time")
-            text = f"{run} {name} tweet {i}"
+            if time.monotonic() > self.deadline:
+                return self.fail(f"{name}: out of time")
+            text = f"{self.run} {name} tweet {i}"
             posted = me.post("/tweets/", {"tweet": text})
             if posted.status_code != 303:
-                return fail(f"{name}: posting answered {posted.status_code}")
-            with lock:
-                acknowledged.append(text)
-            # Read-your-writes: the very next page shows it, whichever process serves it.
-            if not reads_own_write(me, posted, "/tweets/", lambda page, text=text: text in page):
-                fail(f"{name}: own tweet {i} missing from a timeline read after it")
+                return self.fail(f"{name}: posting answered {posted.status_code}")
+            with self.lock:
+                self.acknowledged.append(text)
+            if not self.reads_own_write(me, posted, "/tweets/", lambda page, text=text: text in page):
+                self.fail(f"{name}: own tweet {i} missing from a timeline read after it")
         other = f"user{30 + k}"
-        followed = me.post(f"/users/{other}/follow")
-        if followed.status_code != 303 or not reads_own_write(me, followed, f"/users/{other}/", lambda p: "Unfollow" in p):
-            fail(f"{name}: follow of {other} not visible at once ({followed.status_code})")
-        unfollowed = me.post(f"/users/{other}/unfollow")
-        if unfollowed.status_code != 303 or not reads_own_write(
-            me, unfollowed, f"/users/{other}/", lambda p: "Unfollow" not in p
-        ):
-            fail(f"{name}: unfollow of {other} not visible at once ({unfollowed.status_code})")
+        for verb, shows in (("follow", lambda p: "Unfollow" in p), ("unfollow", lambda p: "Unfollow" not in p)):
+            done = me.post(f"/users/{other}/{verb}")
+            if done.status_code != 303 or not self.reads_own_write(me, done, f"/users/{other}/", shows):
+                self.fail(f"{name}: {verb} of {other} not visible at once ({done.status_code})")
 
-    def reader(k: int) -> None:
-        me = logged_in(served.url, f"user{20 + k}")
-        while time.monotonic() < deadline and len(acknowledged) < WRITERS * POSTS_EACH:
+    def reader(self, k: int) -> None:
+        me = logged_in(self.running.url, f"user{20 + k}")
+        while time.monotonic() < self.deadline and len(self.acknowledged) < WRITERS * POSTS_EACH:
             for path in ("/tweets/", "/users/", f"/users/user{10 + k}/"):
                 status = me.get(path).status_code
                 if status != 200:
-                    return fail(f"reader {k}: {path} answered {status}")
+                    return self.fail(f"reader {k}: {path} answered {status}")
 
+
+def test_concurrent_writers_and_readers_lose_nothing_and_read_their_writes(served):
+    """Writers post and follow while readers read; every step is checked as it happens,
+    and own writes are read back from other processes too."""
+    work = Workload(served)
     with ThreadPoolExecutor(WRITERS + READERS) as pool:
-        futures = [pool.submit(writer, k) for k in range(WRITERS)] + [pool.submit(reader, k) for k in range(READERS)]
+        futures = [pool.submit(work.writer, k) for k in range(WRITERS)]
+        futures += [pool.submit(work.reader, k) for k in range(READERS)]
         for future in futures:
             future.result(timeout=TIME_LIMIT + 30)
 
-    assert errors == []
-    assert len(acknowledged) == WRITERS * POSTS_EACH
-    counts = stored_tweets(served, acknowledged)
-    assert counts == {text: 1 for text in acknowledged}, "every acknowledged tweet is stored exactly once"
+    assert work.errors == []
+    assert len(work.acknowledged) == WRITERS * POSTS_EACH
+    counts = stored_tweets(served, work.acknowledged)
+    assert counts == {text: 1 for text in work.acknowledged}, "every acknowledged tweet is stored exactly once"
     if workers(served) > 1:
-        assert read_elsewhere > 0, "no write was ever read back from another process: read-your-writes went untested"
+        assert work.read_elsewhere > 0, "no write was read back from another process: read-your-writes went untested"
 
 
 def warm_every_process(visitor: Visitor, path: str, processes: int) -> set[str]:

@@ -21,7 +21,7 @@ def test_timeline_holds_the_post_form(alice):
     response = alice.get("/tweets/")
     assert response.status_code == 200
     assert "/tweets/" in form_actions(response)
-    assert '<textarea' in text_of(response) and 'name="tweet"' in text_of(response)
+    assert "<textarea" in text_of(response) and 'name="tweet"' in text_of(response)
 
 
 def test_timeline_shows_own_and_followed_tweets_newest_first_and_not_others(app, alice):

@@ -103,12 +103,17 @@ class Stage:
     def uwsgi_options(self, var: Path) -> list[str]:
         """What the stage's settings change in uWSGI, as command-line options after ``--ini uwsgi.ini``."""
         options = [
-            "--chdir", str(ROOT),
-            "--socket", str(var / "uwsgi.sock"),
-            "--pidfile", str(var / "uwsgi.pid"),
-            "--processes", str(self.processes),
+            "--chdir",
+            str(ROOT),
+            "--socket",
+            str(var / "uwsgi.sock"),
+            "--pidfile",
+            str(var / "uwsgi.pid"),
+            "--processes",
+            str(self.processes),
             # uWSGI does not expand $(VAR) in 'listen', so the queue length comes this way too.
-            "--listen", self.get("LISTEN"),
+            "--listen",
+            self.get("LISTEN"),
         ]
         greenlets = int(self.get("GEVENT"))
         if greenlets:
@@ -183,7 +188,7 @@ def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
     }
     text = stage.config_file("nginx.conf").read_text()
     for name, value in values.items():
-        text = text.replace("{{%s}}" % name, value)
+        text = text.replace("{{" + name + "}}", value)
     conf = prefix / "nginx.conf"
     conf.write_text(text)
     return conf
@@ -227,8 +232,10 @@ class Running:
 
 
 def _spawn(name: str, command: list[str], env: dict[str, str], var: Path) -> subprocess.Popen:
-    log = open(var / f"{name}.log", "ab")
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(var / f"{name}.log", "ab") as log:
+        process = subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     (var / f"{name}.pid").write_text(f"{process.pid}\n")
     return process
 
@@ -312,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run a stage in the foreground")
     run.add_argument("stage", type=int)
     run.add_argument("--port", type=int)
-    run.add_argument("--seed", default="--users 1000 --tweets 100000 --follows 20", help="seed options if the database is empty")
+    run.add_argument(
+        "--seed", default="--users 1000 --tweets 100000 --follows 20", help="seed options if the database is empty"
+    )
     commands.add_parser("stop", help="stop anything left running")
     commands.add_parser("list", help="list the stages")
     args = parser.parse_args(argv)

@@ -183,9 +183,9 @@ class LocalCache:
 
     def sync(self, at_least: int | None = None) -> None:
         now = time.monotonic()
-        if self.applied is not None and now - self.synced_at < self.sync_interval:
-            if at_least is None or at_least <= self.applied:
-                return
+        recent = self.applied is not None and now - self.synced_at < self.sync_interval
+        if recent and (at_least is None or at_least <= self.applied):
+            return
         with self.lock:
             newest = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
             if self.applied is None or now - self.synced_at > LOG_RETENTION.total_seconds() / 2:

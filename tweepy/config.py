@@ -55,7 +55,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FRAGMENT_CACHE_BYTES", 32 * 1024 * 1024, "Bytes of rendered HTML kept per process"),
 )
 
-_BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_BOOLEAN_WORDS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 
 
 def _parse(setting: Setting, raw: str) -> Any:

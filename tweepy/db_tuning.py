@@ -2,7 +2,7 @@
 
 Always, on SQLite: foreign keys enforced and a busy timeout, so a writer waits
 for another instead of failing with "database is locked". With
-``SQLITE_TUNED`` (stage 3): the write-ahead log, so readers never wait for
+``SQLITE_TUNED``: the write-ahead log, so readers never wait for
 writers; ``synchronous=NORMAL``, which in WAL mode still never corrupts and
 loses at most the last transactions on power loss, not on a process crash;
 a bigger page cache, memory-mapped reads and in-memory temporary tables.

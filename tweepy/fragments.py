@@ -42,7 +42,9 @@ def fragment_key(digest: str, row: Hashable) -> tuple[str, Hashable]:
 
 def init_app(app: Flask) -> None:
     keep = app.config["FRAGMENT_CACHE"]
-    rendered: cachetools.LRUCache = cachetools.LRUCache(maxsize=app.config["FRAGMENT_CACHE_BYTES"], getsizeof=entry_bytes)
+    rendered: cachetools.LRUCache = cachetools.LRUCache(
+        maxsize=app.config["FRAGMENT_CACHE_BYTES"], getsizeof=entry_bytes
+    )
     app.extensions["tweepy_fragments"] = rendered
     macro = {}
 

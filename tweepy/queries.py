@@ -22,7 +22,6 @@ from .cache import memoized
 from .extensions import db
 from .models import Follow, Tweet, User
 
-
 # The names registration accepts: ASCII only, so lower-casing is plain ASCII too.
 NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
 

@@ -1,0 +1,76 @@
+"""Rendered tweets kept per process: what a kept fragment may hold, and how long.
+
+The rule (tweepy/fragments.py): a fragment shows only what its row and the
+template hold, and is kept under both, so nothing it renders can change
+without its key changing too.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tweepy import fragments
+from tweepy.queries import TweetRow
+
+ROW = TweetRow(id=7, author_id=2, author_name="bob", text="hello <world>", posted=datetime(2026, 1, 2, 3, 4))
+
+
+def render(app, row, viewer=None):
+    with app.test_request_context("/tweets/"):
+        if viewer is not None:
+            from flask_login import login_user
+
+            from tweepy.auth import CurrentUser
+            from tweepy.queries import UserRow
+
+            login_user(CurrentUser(UserRow(viewer, f"viewer{viewer}")))
+        return str(app.jinja_env.globals["rendered_tweet"](row))
+
+
+def kept(app):
+    return app.extensions["tweepy_fragments"]
+
+
+def test_someone_elses_tweet_renders_the_same_for_every_viewer(make_app):
+    app = make_app(FRAGMENT_CACHE=False)
+    assert render(app, ROW, viewer=1) == render(app, ROW, viewer=3) == render(app, ROW)
+
+
+def test_a_fragment_is_escaped_and_carries_no_delete_button(make_app):
+    html = render(make_app(FRAGMENT_CACHE=True), ROW)
+    assert "hello &lt;world&gt;" in html
+    assert "delete" not in html.lower() and "csrf" not in html
+
+
+def test_a_changed_row_is_rendered_anew_never_shown_from_the_old_fragment(make_app):
+    app = make_app(FRAGMENT_CACHE=True)
+    assert "hello" in render(app, ROW)
+    edited = ROW._replace(text="edited")
+    assert "edited" in render(app, edited) and "hello" not in render(app, edited)
+    assert "@carol" in render(app, ROW._replace(author_name="carol"))
+    assert len(kept(app)) == 3
+
+
+def test_a_changed_template_keys_its_fragments_apart(make_app):
+    app = make_app(FRAGMENT_CACHE=True)
+    digest = fragments.template_digest(app)
+    assert fragments.fragment_key(digest, ROW) != fragments.fragment_key(digest[::-1], ROW)
+    assert len(digest) == 16 and digest == fragments.template_digest(make_app())
+
+
+def test_fragments_are_kept_only_with_their_own_setting(make_app):
+    off = make_app(CACHE="local", FRAGMENT_CACHE=False)
+    render(off, ROW)
+    assert len(kept(off)) == 0
+    on = make_app(FRAGMENT_CACHE=True)
+    render(on, ROW)
+    assert len(kept(on)) == 1
+
+
+def test_kept_fragments_stay_within_their_byte_budget(make_app):
+    budget = 64 * 1024
+    app = make_app(FRAGMENT_CACHE=True, FRAGMENT_CACHE_BYTES=budget)
+    for i in range(2000):
+        render(app, ROW._replace(id=i, text="x" * 280))
+    assert 0 < kept(app).currsize <= budget
+    assert len(kept(app)) < 2000

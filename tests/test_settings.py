@@ -1,0 +1,85 @@
+"""Settings: one declaration each, one documented list, and stages that only set what exists."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from tools import settings, stages
+from tweepy import config
+
+MENTION = re.compile(r"\bTWEEPY_[A-Z0-9_]*[A-Z0-9]\b")
+# Files whose TWEEPY_* mentions must all be declared settings.
+TRACKED = [
+    path
+    for path in subprocess.run(["git", "ls-files"], cwd=settings.ROOT, capture_output=True, text=True).stdout.split()
+    if not path.startswith("results/")
+]
+
+
+def mentions() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in TRACKED:
+        file = settings.ROOT / path
+        if not file.is_file():
+            continue
+        for name in MENTION.findall(file.read_text(errors="replace")):
+            found.setdefault(name, set()).add(path)
+    return found
+
+
+def test_every_tweepy_variable_the_project_mentions_is_declared_once():
+    declared = [f"TWEEPY_{s.name}" for _, _, group in settings.groups() for s in group]
+    assert len(declared) == len(set(declared)), "a setting is declared twice"
+    undeclared = {name: sorted(paths) for name, paths in mentions().items() if name not in declared}
+    assert undeclared == {}
+
+
+def test_the_readme_lists_every_setting_as_declared():
+    assert settings.readme_block(settings.README.read_text()) == settings.table(), (
+        "run `python -m tools.settings --write`"
+    )
+
+
+@pytest.mark.parametrize("stage", stages.all_stages(), ids=lambda s: s.folder.name)
+def test_a_stage_only_sets_settings_that_exist(stage):
+    assert set(stage.settings) <= settings.all_names()
+
+
+@pytest.mark.parametrize("stage", stages.all_stages(), ids=lambda s: s.folder.name)
+def test_a_stage_gives_the_app_only_app_settings_and_the_runner_the_rest(stage):
+    app_names = {f"TWEEPY_{s.name}" for s in config.SETTINGS}
+    assert set(stage.app_settings) <= app_names
+    env = stages.stage_env(stage, port=5000)
+    serving_only = {f"TWEEPY_{s.name}" for s in stages.SERVING_SETTINGS} - {"TWEEPY_HOST", "TWEEPY_PORT"}
+    assert not serving_only & set(env), "serving settings are the runner's, not the app's"
+
+
+def test_a_gevent_stage_gets_gevent_from_the_runner_and_a_plain_stage_does_not():
+    gevent = next(s for s in stages.all_stages() if int(s.get("GEVENT")))
+    plain = next(s for s in stages.all_stages() if s.server == "uwsgi" and not int(s.get("GEVENT")))
+    options = gevent.uwsgi_options(stages.VAR)
+    assert options[options.index("--gevent") + 1] == gevent.get("GEVENT")
+    assert "--gevent-early-monkey-patch" in options
+    assert "--gevent" not in plain.uwsgi_options(stages.VAR)
+
+
+def test_the_logged_settings_show_no_secret_and_no_database_password():
+    effective = {s.name: s.default for s in config.SETTINGS}
+    effective.update(SECRET_KEY="s3cret", DATABASE_URL="postgresql+psycopg://tweepy:hunter2@db.example/tweepy")
+    shown = config.shown(effective)
+    assert "SECRET_KEY" not in shown
+    assert "hunter2" not in str(shown) and "db.example" in shown["DATABASE_URL"]
+
+
+def test_merging_cached_pages_without_a_cache_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="needs a TWEEPY_CACHE"):
+        config.load(str(tmp_path), {"TIMELINE_FROM_CACHED_PAGES": True, "CACHE": "none", "SECRET_KEY": "x"})
+
+
+def test_the_secret_key_file_is_owner_only_from_the_start(tmp_path):
+    config.load(str(tmp_path / "instance"), {})
+    assert (tmp_path / "instance" / "secret_key").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "instance").stat().st_mode & 0o077 == 0
