@@ -14,8 +14,10 @@ UNSAFE_NEXT = ["//evil.com", "//evil.com/tweets/", "http://evil.com", "https://e
 
 
 def logged_in_user_id(client) -> str | None:
+    """The user the session cookie names (it also carries the session epoch: "id.epoch")."""
     with client.session_transaction() as session:
-        return session.get("_user_id")
+        session_id = session.get("_user_id")
+    return session_id.partition(".")[0] if session_id else None
 
 
 def registration(**changes) -> dict:

@@ -21,9 +21,9 @@ def render(app, row, viewer=None):
             from flask_login import login_user
 
             from tweepy.auth import CurrentUser
-            from tweepy.queries import UserRow
+            from tweepy.queries import Account
 
-            login_user(CurrentUser(UserRow(viewer, f"viewer{viewer}")))
+            login_user(CurrentUser(Account(viewer, f"viewer{viewer}", 0)))
         return str(app.jinja_env.globals["rendered_tweet"](row))
 
 

@@ -84,7 +84,7 @@ class InvalidationWorld(RuleBasedStateMachine):
     def register(self, name: str) -> None:
         if queries.is_possible_name(name):
             try:
-                writes.register(name, f"{name}@example.com", PASSWORD_HASH)
+                writes.register(name, f"{name}@example.com", PASSWORD_HASH, "192.0.2.1")
             except errors.Taken:
                 pass
         self.finish()
@@ -108,6 +108,17 @@ class InvalidationWorld(RuleBasedStateMachine):
     def follow(self, data) -> None:
         follower, followed = data.draw(st.permutations(self.user_ids()))[:2]
         writes.follow(follower, followed)
+        self.finish()
+
+    @precondition(lambda self: self.user_ids())
+    @rule(data=st.data())
+    def end_sessions(self, data) -> None:
+        writes.end_sessions(data.draw(st.sampled_from(self.user_ids())))
+        self.finish()
+
+    @rule(name=st.sampled_from([*NAMES, "not a name"]))
+    def note_failed_login(self, name: str) -> None:
+        writes.note_failed_login(name, "192.0.2.1")
         self.finish()
 
     @precondition(lambda self: len(self.user_ids()) >= 2)

@@ -8,20 +8,22 @@ import warnings
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from helpers.stored import FAST_BCRYPT
 from flask_migrate import downgrade, upgrade
+from helpers.stored import FAST_BCRYPT
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from tweepy import create_app
 from tweepy.extensions import db
 
-TABLES = {"users", "tweets", "follows", "cache_invalidations"}
+TABLES = {"users", "tweets", "follows", "cache_invalidations", "throttle_events"}
 INDEXES = {
     "uq_users_name_lower": "users",  # names unique whatever their case
     "ix_tweets_author_id_id": "tweets",  # profiles and timelines, newest first
     "ix_follows_followed_id_follower_id": "follows",  # who follows X
+    "ix_throttle_events_kind_subject_at": "throttle_events",  # recent failures of one account or address
 }
+HEAD = "0003"
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def test_upgrading_an_empty_database_creates_the_tables_and_indexes(empty_app):
     found = schema(empty_app)
     assert found["table"] == TABLES | {"alembic_version"}
     assert found["index"] == set(INDEXES.items())
-    assert revision(empty_app) == "0002"
+    assert revision(empty_app) == HEAD
 
 
 def test_migrated_schema_matches_the_models(empty_app):
@@ -96,7 +98,18 @@ def test_downgrade_to_base_removes_everything_and_upgrade_works_again(empty_app)
     assert schema(empty_app)["table"] == TABLES | {"alembic_version"}
 
 
-def test_downgrade_one_step_drops_only_the_timeline_indexes(empty_app):
+def test_downgrading_sessions_and_throttling_keeps_the_rest(empty_app):
+    with empty_app.app_context():
+        upgrade()
+        downgrade(revision="0002")
+        columns = {row[1] for row in db.session.execute(text("PRAGMA table_info(users)"))}
+    assert "session_epoch" not in columns and "name" in columns
+    assert schema(empty_app)["table"] == TABLES - {"throttle_events"} | {"alembic_version"}
+    assert ("uq_users_name_lower", "users") in schema(empty_app)["index"]
+    assert revision(empty_app) == "0002"
+
+
+def test_downgrade_to_0001_drops_only_the_timeline_indexes_and_what_came_after(empty_app):
     with empty_app.app_context():
         upgrade()
         downgrade(revision="0001")

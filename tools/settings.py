@@ -42,7 +42,13 @@ def table() -> str:
     lines = []
     for heading, module, settings in groups():
         path = module.replace(".", "/") + ".py"
-        lines += ["", f"**{heading}** ([`{path}`]({path}))", "", "| variable | default | what it does |", "|---|---|---|"]
+        lines += [
+            "",
+            f"**{heading}** ([`{path}`]({path}))",
+            "",
+            "| variable | default | what it does |",
+            "|---|---|---|",
+        ]
         for setting in settings:
             default = f"`{setting.default}`" if setting.default != "" else "(see right)"
             lines.append(f"| `TWEEPY_{setting.name}` | {default} | {setting.help} |")

@@ -119,6 +119,9 @@ class Stage:
         if greenlets:
             # Monkey-patched before the app loads, so nothing imported earlier keeps a blocking socket or lock.
             options += ["--gevent", str(greenlets), "--gevent-early-monkey-patch"]
+        else:
+            # A synchronous worker stuck on one request for 30 s is replaced, before nginx gives up (60 s).
+            options += ["--harakiri", "30"]
         return options
 
     @property

@@ -1,12 +1,17 @@
-"""Registering, logging in and out (Flask-Login keeps who is logged in, in the signed session)."""
+"""Registering, logging in and out (Flask-Login keeps who is logged in, in the signed session).
+
+A session names the user and their session epoch; logging out moves the
+epoch on, so every copy of the cookie ends with it. The CSRF token is
+replaced at log in and log out, so a token seen before cannot be used after.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, session, url_for
 from flask_login import UserMixin, current_user, login_user, logout_user
 
-from . import queries, writes
-from .errors import Taken
+from . import queries, throttle, writes
+from .errors import Taken, TooMany
 from .extensions import login_manager
 from .forms import LoginForm, RegisterForm
 from .navigation import go_back
@@ -18,18 +23,35 @@ bp = Blueprint("auth", __name__)
 class CurrentUser(UserMixin):
     """Who is logged in: a plain row, loaded (and cached) by id on each request."""
 
-    def __init__(self, row: queries.UserRow) -> None:
-        self.id = row.id
-        self.name = row.name
+    def __init__(self, account: queries.Account) -> None:
+        self.id = account.id
+        self.name = account.name
+        self.session_epoch = account.session_epoch
+
+    def get_id(self) -> str:
+        # What the session cookie carries: the user, and the epoch it was issued in.
+        return f"{self.id}.{self.session_epoch}"
 
 
 @login_manager.user_loader
-def load_user(user_id: str) -> CurrentUser | None:
-    try:
-        row = queries.user_by_id(int(user_id))
-    except ValueError:
+def load_user(session_id: str) -> CurrentUser | None:
+    user_id, _, epoch = session_id.partition(".")
+    if not (user_id.isdigit() and epoch.isdigit()):
         return None
-    return CurrentUser(row) if row else None
+    account = queries.account_of(int(user_id))
+    if account is None or account.session_epoch != int(epoch):
+        return None  # logged out since this cookie was issued
+    return CurrentUser(account)
+
+
+def start_session(account: queries.Account) -> None:
+    session.pop("csrf_token", None)  # a new token for the new session
+    login_user(CurrentUser(account))
+
+
+def refused_form(template: str, form, field, refusal: TooMany):
+    field.errors.append(str(refusal))
+    return render_template(template, form=form), 429, {"Retry-After": str(refusal.retry_after)}
 
 
 @bp.route("/", methods=["GET", "POST"])
@@ -39,14 +61,20 @@ def login():
     form = LoginForm(next=request.args.get("next"))
     if not form.validate_on_submit():
         return render_template("login.html", form=form), 400 if request.method == "POST" else 200
+    address = throttle.client_address()
+    try:
+        throttle.check_login(form.name.data, address)
+    except TooMany as refusal:
+        return refused_form("login.html", form, form.password, refusal)
     found = queries.credentials_of(form.name.data)
-    user, password_hash = found if found else (None, None)
+    account, password_hash = found if found else (None, None)
     with connection_given_back():
         matches = password_matches(password_hash, form.password.data)
     if not matches:
+        writes.note_failed_login(form.name.data, address)
         form.password.errors.append("Wrong name or password.")
         return render_template("login.html", form=form), 401
-    login_user(CurrentUser(user))
+    start_session(account)
     return go_back(form.next.data, "tweets.timeline")
 
 
@@ -56,15 +84,20 @@ def register():
         return redirect(url_for("tweets.timeline"), code=303)
     form = RegisterForm()
     if form.validate_on_submit():
+        address = throttle.client_address()
+        try:
+            throttle.check_registration(address)
+        except TooMany as refusal:
+            return refused_form("register.html", form, form.name, refusal)
         with connection_given_back():
             password_hash = hash_password(form.password.data)
         try:
-            user = writes.register(form.name.data, form.email.data, password_hash)
+            account = writes.register(form.name.data, form.email.data, password_hash, address)
         except Taken as taken:
             getattr(form, taken.field).errors.append(str(taken))
         else:
-            login_user(CurrentUser(user))
-            flash(f"Welcome to tweepy, {user.name}!")
+            start_session(account)
+            flash(f"Welcome to tweepy, {account.name}!")
             return redirect(url_for("tweets.timeline"), code=303)
     return render_template("register.html", form=form), 400 if request.method == "POST" else 200
 
@@ -72,5 +105,8 @@ def register():
 @bp.post("/logout/")
 def logout():
     # CSRF-checked like every POST, so no other site can log people out.
+    if current_user.is_authenticated:
+        writes.end_sessions(current_user.id)
     logout_user()
+    session.pop("csrf_token", None)
     return redirect(url_for("auth.login"), code=303)

@@ -27,6 +27,7 @@ the small interface below; nothing outside this module knows which one runs.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -47,6 +48,8 @@ LOG_RETENTION = timedelta(minutes=10)
 # Writes prune the log about once every this many log entries.
 PRUNE_EVERY = 500
 SESSION_KEY = "seen_write"
+# Keys whose last eviction is remembered (a few dozen bytes each).
+EVICTIONS_REMEMBERED = 100_000
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -119,16 +122,25 @@ class NoCache:
         pass
 
 
+def size_of(value: Any) -> int:
+    """Bytes an entry holds, near enough: the value, its rows and their fields (keys are short by construction)."""
+    size = sys.getsizeof(value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        for item in value:
+            size += size_of(item) if isinstance(item, tuple) else sys.getsizeof(item)
+    return size
+
+
 class LocalCache:
-    """A per-process TTL cache kept fresh by replaying the invalidation log."""
+    """A per-process TTL cache, bounded in bytes, kept fresh by replaying the invalidation log."""
 
     enabled = True
 
-    def __init__(self, size: int, ttl: float, sync_interval: float) -> None:
-        self.entries: cachetools.TTLCache = cachetools.TTLCache(maxsize=size, ttl=ttl)
+    def __init__(self, max_bytes: int, ttl: float, sync_interval: float) -> None:
+        self.entries: cachetools.TTLCache = cachetools.TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=size_of)
         # When each key was last evicted, counted in evictions: a read that began
         # before its key was evicted may hold stale rows and must not be stored.
-        self.evicted_at: cachetools.TTLCache = cachetools.TTLCache(maxsize=size, ttl=max(ttl, 60))
+        self.evicted_at: cachetools.TTLCache = cachetools.TTLCache(maxsize=EVICTIONS_REMEMBERED, ttl=max(ttl, 60))
         self.evictions = 0
         self.cleared_at = 0
         self.sync_interval = sync_interval
@@ -150,7 +162,10 @@ class LocalCache:
             return value
         with self.lock:
             if self.cleared_at <= epoch and self.evicted_at.get(key, -1) <= epoch:
-                self.entries[key] = value
+                try:
+                    self.entries[key] = value
+                except ValueError:
+                    pass  # larger than the whole cache: served, not kept
         return value
 
     def forget(self, *keys: CacheKey) -> None:
@@ -284,7 +299,7 @@ def forget(*keys: CacheKey) -> None:
 
 def init_app(app: Flask) -> None:
     if app.config["CACHE"] == "local":
-        backend = LocalCache(app.config["CACHE_SIZE"], app.config["CACHE_TTL"], app.config["CACHE_SYNC_INTERVAL"])
+        backend = LocalCache(app.config["CACHE_BYTES"], app.config["CACHE_TTL"], app.config["CACHE_SYNC_INTERVAL"])
     else:
         backend = NoCache()
     app.extensions["tweepy_cache"] = backend

@@ -31,6 +31,21 @@ SETTINGS: tuple[Setting, ...] = (
     # Passwords.
     Setting("BCRYPT_LOG_ROUNDS", 12, "bcrypt cost; the benchmark reports it next to every figure"),
     Setting("BCRYPT_IN_THREADPOOL", False, "Hash in gevent's native thread pool so greenlets keep running"),
+    # Limits, checked before any password is hashed (throttle.py).
+    Setting(
+        "LOGIN_FAILURES_PER_ACCOUNT", 10, "Failed logins an account may have in the window before logins are refused"
+    ),
+    Setting("LOGIN_FAILURES_PER_ADDRESS", 100, "Failed logins one client address may have in the window"),
+    Setting("LOGIN_FAILURE_WINDOW_S", 900, "The window failed logins are counted in, in seconds"),
+    Setting("REGISTRATIONS_PER_ADDRESS", 20, "New accounts one client address may make in the registration window"),
+    Setting("REGISTRATION_WINDOW_S", 3600, "The window registrations are counted in, in seconds"),
+    Setting(
+        "UNTHROTTLED_ADDRESSES",
+        "",
+        "Comma-separated addresses counted but never refused per address (a load generator)",
+    ),
+    # Sessions.
+    Setting("SECURE_COOKIES", False, "Send the session cookie over https only (set it behind https)"),
     # Pages and requests.
     Setting("PAGE_SIZE", 50, "Tweets or users per page"),
     Setting("MAX_CONTENT_LENGTH", 1024 * 1024, "Largest request body accepted; bigger ones get 413"),
@@ -46,7 +61,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DB_POOL_TIMEOUT", 10, "Seconds a request waits for a pooled connection"),
     # Memoized reads.
     Setting("CACHE", "none", "Read cache: 'none' or 'local' (in-process, cross-process invalidation)"),
-    Setting("CACHE_SIZE", 20000, "Entries kept per process"),
+    Setting("CACHE_BYTES", 64 * 1024 * 1024, "Bytes of cached reads kept per process"),
     Setting("CACHE_TTL", 300, "Seconds an entry may live even with no invalidation (a safety net)"),
     Setting("CACHE_SYNC_INTERVAL", 1.0, "Seconds between checks of other processes' writes: the staleness bound"),
     Setting("TIMELINE_FROM_CACHED_PAGES", False, "Merge a timeline's first page from each author's cached page"),

@@ -23,6 +23,14 @@ class NotFound(Refused):
     """What the request names does not exist."""
 
 
+class TooMany(Refused):
+    """Too many attempts lately (failed logins, registrations); ``retry_after`` says for how long, in seconds."""
+
+    def __init__(self, reason: str, retry_after: int) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
 class Taken(Refused):
     """A name or email that belongs to someone else already."""
 

@@ -1,4 +1,4 @@
-"""The tables: users, their tweets, and who follows whom.
+"""The tables: users, their tweets, who follows whom, and the logs the app keeps for itself.
 
 Indexes are declared next to the columns they serve; migrations create them.
 """
@@ -25,6 +25,8 @@ class User(db.Model):
     email: Mapped[str] = mapped_column(String(254), unique=True)
     password_hash: Mapped[str] = mapped_column(String(60))
     created: Mapped[datetime] = mapped_column(default=utcnow)
+    # Part of every session cookie of this user; logging out moves it on, so every copy of the cookie stops working.
+    session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     __table_args__ = (
         # "Bob" and "bob" would be two people who look like one: names are unique whatever their case.
@@ -72,3 +74,19 @@ class CacheInvalidation(db.Model):
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(200))
     created: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ThrottleEvent(db.Model):
+    """Failed logins and registrations, counted per account or client address before any hashing (throttle.py)."""
+
+    __tablename__ = "throttle_events"
+    __table_args__ = (
+        # "How many of this kind for this subject since then": one range of this index.
+        Index("ix_throttle_events_kind_subject_at", "kind", "subject", "at"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    subject: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(default=utcnow)

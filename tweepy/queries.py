@@ -20,7 +20,7 @@ from sqlalchemy import func, literal, select
 
 from .cache import memoized
 from .extensions import db
-from .models import Follow, Tweet, User
+from .models import Follow, ThrottleEvent, Tweet, User
 
 # The names registration accepts: ASCII only, so lower-casing is plain ASCII too.
 NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
@@ -29,6 +29,14 @@ NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
 class UserRow(NamedTuple):
     id: int
     name: str
+
+
+class Account(NamedTuple):
+    """Who a session belongs to: the user, and the session epoch their cookie must carry."""
+
+    id: int
+    name: str
+    session_epoch: int
 
 
 class TweetRow(NamedTuple):
@@ -51,9 +59,10 @@ def _tweet_rows(query) -> tuple[TweetRow, ...]:
 
 
 @memoized("user")
-def user_by_id(user_id: int) -> UserRow | None:
-    row = db.session.execute(select(User.id, User.name).where(User.id == user_id)).one_or_none()
-    return UserRow(*row) if row else None
+def account_of(user_id: int) -> Account | None:
+    """The logged-in user of a session, read on every request (so cached)."""
+    row = db.session.execute(select(User.id, User.name, User.session_epoch).where(User.id == user_id)).one_or_none()
+    return Account(*row) if row else None
 
 
 def is_possible_name(name: str) -> bool:
@@ -75,14 +84,22 @@ def user_named(name: str) -> UserRow | None:
     return UserRow(*row) if row else None
 
 
-def credentials_of(name: str) -> tuple[UserRow, str] | None:
-    """The user and their password hash, for logging in (never cached)."""
+def credentials_of(name: str) -> tuple[Account, str] | None:
+    """The account and its password hash, for logging in (never cached)."""
     if not is_possible_name(name):
         return None
     row = db.session.execute(
-        select(User.id, User.name, User.password_hash).where(func.lower(User.name) == name.lower())
+        select(User.id, User.name, User.session_epoch, User.password_hash).where(func.lower(User.name) == name.lower())
     ).one_or_none()
-    return (UserRow(row.id, row.name), row.password_hash) if row else None
+    return (Account(row.id, row.name, row.session_epoch), row.password_hash) if row else None
+
+
+def recent_events(kind: str, subject: str, since: datetime) -> int:
+    """How many throttle events of this kind this subject had since then (never cached: it is a count of attempts)."""
+    query = select(func.count()).where(
+        ThrottleEvent.kind == kind, ThrottleEvent.subject == subject, ThrottleEvent.at >= since
+    )
+    return db.session.scalar(query.select_from(ThrottleEvent))
 
 
 def email_taken(email: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, render_template, request, url_for
 from flask_wtf.csrf import CSRFError, generate_csrf
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
@@ -24,6 +24,25 @@ def page_helpers() -> dict:
         "csrf": generate_csrf(),
         "profiles": url_for("users.index"),
     }
+
+
+# Sent with every answer of the app (nginx adds the same to static files): no sniffing of
+# content types, no framing by other sites (the one-click buttons), no full URLs leaked
+# to other sites, and nothing but this site's own files on a page (no inline script).
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": (
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'; object-src 'none'"
+    ),
+}
+
+
+@bp.after_app_request
+def add_security_headers(response):
+    response.headers.extend(SECURITY_HEADERS)
+    return response
 
 
 @bp.get("/healthz")
@@ -47,6 +66,7 @@ STATUS_OF_REFUSAL: dict[type[errors.Refused], int] = {
     errors.NotAllowed: 403,
     errors.NotFound: 404,
     errors.Taken: 409,
+    errors.TooMany: 429,
 }
 
 
@@ -57,7 +77,26 @@ def status_of(refusal: errors.Refused) -> int:
 @bp.app_errorhandler(errors.Refused)
 def refused(refusal: errors.Refused):
     code = status_of(refusal)
-    return render_template("error.html", code=code, title=HTTP_STATUS_CODES[code], reason=str(refusal)), code
+    page = render_template("error.html", code=code, title=HTTP_STATUS_CODES[code], reason=str(refusal))
+    return page, code, retry_after(refusal)
+
+
+def retry_after(refusal: errors.Refused) -> dict[str, str]:
+    return {"Retry-After": str(refusal.retry_after)} if isinstance(refusal, errors.TooMany) else {}
+
+
+@bp.app_errorhandler(OperationalError)
+def database_busy(error: OperationalError):
+    # SQLite's writers queue for busy_timeout; one that waited that long gets "try again", not a 500.
+    if "database is locked" not in str(error.orig):
+        raise error
+    reason = "The site is busy writing. Nothing was saved: try again in a moment."
+    try:
+        page = render_template("error.html", code=503, title="Busy", reason=reason)
+    except OperationalError:
+        # The page's header asks who is logged in, which may wait on the same lock.
+        page = f"503 Busy: {reason}\n"
+    return page, 503, {"Retry-After": "1"}
 
 
 @bp.app_errorhandler(HTTPException)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from . import queries
+from . import queries, throttle
 from .cache import cache, forget
 from .errors import Invalid, NotAllowed, NotFound, Taken
 from .extensions import db
-from .models import Follow, Tweet, User
+from .models import Follow, ThrottleEvent, Tweet, User, utcnow
 
 
 @contextmanager
@@ -35,17 +35,43 @@ def transaction() -> Iterator[None]:
     cache().after_commit()
 
 
-def register(name: str, email: str, password_hash: str) -> queries.UserRow:
+def register(name: str, email: str, password_hash: str, address: str) -> queries.Account:
     try:
         with transaction():
             user = User(name=name, email=email.lower(), password_hash=password_hash)
             db.session.add(user)
             db.session.flush()
+            _note_attempts((throttle.REGISTRATION, address))
             forget(queries.user_named.key(name), queries.users_page.key(queries.users_page_listing(user.id)))
     except IntegrityError:
         # Someone took the name or the email between the form's check and now.
         raise Taken("email" if queries.email_taken(email) else "name") from None
-    return queries.UserRow(user.id, user.name)
+    return queries.Account(user.id, user.name, user.session_epoch)
+
+
+def note_failed_login(name: str, address: str) -> None:
+    """Count a failed login against the account (when the name could exist) and the client address."""
+    attempts = [(throttle.FAILED_LOGIN_BY_ADDRESS, address)]
+    if queries.is_possible_name(name):
+        attempts.append((throttle.FAILED_LOGIN_BY_ACCOUNT, name.lower()))
+    with transaction():
+        _note_attempts(*attempts)
+
+
+def _note_attempts(*attempts: tuple[str, str]) -> None:
+    """Within a transaction: log throttle events, and now and then drop the ones no window still needs."""
+    ids = db.session.scalars(
+        insert(ThrottleEvent).returning(ThrottleEvent.id), [{"kind": k, "subject": s} for k, s in attempts]
+    ).all()
+    if max(ids) // throttle.PRUNE_EVERY != (min(ids) - 1) // throttle.PRUNE_EVERY:
+        db.session.execute(delete(ThrottleEvent).where(ThrottleEvent.at < utcnow() - throttle.LONGEST_WINDOW))
+
+
+def end_sessions(user_id: int) -> None:
+    """Log out everywhere: every cookie carrying the old session epoch stops working."""
+    with transaction():
+        db.session.execute(update(User).where(User.id == user_id).values(session_epoch=User.session_epoch + 1))
+        forget(queries.account_of.key(user_id))
 
 
 def post_tweet(author_id: int, text: str) -> int:

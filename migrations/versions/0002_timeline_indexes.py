@@ -1,4 +1,4 @@
-"""Indexes for the timeline, profile and followers reads (stage 3 of the ladder).
+"""Indexes for the timeline, profile and followers reads.
 
 Without them a timeline reads the whole tweets table; with them, one short
 index range per followed author.
