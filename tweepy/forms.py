@@ -47,8 +47,12 @@ class RegisterForm(FlaskForm):
         filters=[_strip],
         validators=[no_nul, DataRequired(), Length(max=254), Email(message="That is not an email address.")],
     )
-    password = PasswordField("Password", validators=[no_nul, DataRequired(), Length(min=8, message="At least 8 characters.")])
-    confirm = PasswordField("Repeat the password", validators=[no_nul, EqualTo("password", message="The passwords differ.")])
+    password = PasswordField(
+        "Password", validators=[no_nul, DataRequired(), Length(min=8, message="At least 8 characters.")]
+    )
+    confirm = PasswordField(
+        "Repeat the password", validators=[no_nul, EqualTo("password", message="The passwords differ.")]
+    )
 
     def validate_name(self, field) -> None:
         if queries.user_named(field.data) is not None:
