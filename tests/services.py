@@ -41,7 +41,7 @@ def _postgres_problem(url: str) -> str | None:
         with psycopg.connect(libpq_url(url), connect_timeout=CONNECT_TIMEOUT_S) as connection:
             connection.execute("SELECT 1")
     except psycopg.Error as error:
-        return str(error).strip() or type(error).__name__
+        return " ".join(str(error).split()) or type(error).__name__
     return None
 
 
@@ -52,7 +52,7 @@ def _redis_problem(url: str) -> str | None:
     try:
         redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S).ping()
     except (redis.RedisError, OSError) as error:
-        return str(error) or type(error).__name__
+        return " ".join(str(error).split()) or type(error).__name__
     return None
 
 
