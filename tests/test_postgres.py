@@ -25,6 +25,7 @@ from stored import count, follows, tweets_by, user_id
 from tweepy import create_app
 from tweepy.extensions import db
 from tweepy.models import Follow, Tweet, User
+from tweepy.paging import LARGEST_ID
 
 TABLES = {"users", "tweets", "follows", "cache_invalidations", "alembic_version"}
 NAME_INDEX = ("uq_users_name_lower", "users")  # names unique whatever their case
@@ -32,7 +33,6 @@ TIMELINE_INDEXES = {
     ("ix_tweets_author_id_id", "tweets"),  # profiles and timelines, newest first
     ("ix_follows_followed_id_follower_id", "follows"),  # who follows X
 }
-LARGEST_ID = 2**63 - 1
 
 
 @pytest.fixture
@@ -281,10 +281,10 @@ def test_a_profile_url_with_a_nul_character_is_a_404(any_app):
 # --- seeding ------------------------------------------------------------------
 
 
-def seed(app, users=30, tweets=500, follows=4):
+def seed(app, users=30, tweets=500, follows_each=4):
     with app.app_context():
         result = app.test_cli_runner().invoke(
-            args=["seed", "--users", str(users), "--tweets", str(tweets), "--follows", str(follows)]
+            args=["seed", "--users", str(users), "--tweets", str(tweets), "--follows", str(follows_each)]
         )
     assert result.exit_code == 0, result.output
 
