@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask_wtf import FlaskForm
 from wtforms import EmailField, HiddenField, PasswordField, StringField, TextAreaField
-from wtforms.validators import DataRequired, Email, EqualTo, Length, Regexp, ValidationError
+from wtforms.validators import DataRequired, Email, EqualTo, Length, Regexp, StopValidation, ValidationError
 
 from . import queries
 from .passwords import MAX_PASSWORD_BYTES
@@ -16,9 +16,19 @@ def _strip(value: str | None) -> str | None:
     return value.strip() if isinstance(value, str) else value
 
 
+def no_nul(form, field) -> None:
+    """Refuse the NUL character: PostgreSQL cannot store it in text, nor look it up.
+
+    First in every text field's validators, and final, so no later check (a
+    lookup of the name, say) sends it to the database.
+    """
+    if isinstance(field.data, str) and "\x00" in field.data:
+        raise StopValidation("The NUL character (\\0) is not allowed.")
+
+
 class LoginForm(FlaskForm):
-    name = StringField("Name", validators=[DataRequired()], filters=[_strip])
-    password = PasswordField("Password", validators=[DataRequired()])
+    name = StringField("Name", validators=[no_nul, DataRequired()], filters=[_strip])
+    password = PasswordField("Password", validators=[no_nul, DataRequired()])
     next = HiddenField()
 
 
@@ -27,6 +37,7 @@ class RegisterForm(FlaskForm):
         "Name",
         filters=[_strip],
         validators=[
+            no_nul,
             DataRequired(),
             Regexp(r"^[A-Za-z0-9_]{3,32}$", message="3 to 32 letters, digits or underscores."),
         ],
@@ -34,10 +45,14 @@ class RegisterForm(FlaskForm):
     email = EmailField(
         "Email",
         filters=[_strip],
-        validators=[DataRequired(), Length(max=254), Email(message="That is not an email address.")],
+        validators=[no_nul, DataRequired(), Length(max=254), Email(message="That is not an email address.")],
     )
-    password = PasswordField("Password", validators=[DataRequired(), Length(min=8, message="At least 8 characters.")])
-    confirm = PasswordField("Repeat the password", validators=[EqualTo("password", message="The passwords differ.")])
+    password = PasswordField(
+        "Password", validators=[no_nul, DataRequired(), Length(min=8, message="At least 8 characters.")]
+    )
+    confirm = PasswordField(
+        "Repeat the password", validators=[no_nul, EqualTo("password", message="The passwords differ.")]
+    )
 
     def validate_name(self, field) -> None:
         if queries.user_named(field.data) is not None:
@@ -57,6 +72,7 @@ class TweetForm(FlaskForm):
         "What's happening?",
         filters=[_strip],
         validators=[
+            no_nul,
             DataRequired(message="Write something first."),
             Length(max=TWEET_LENGTH, message=f"At most {TWEET_LENGTH} characters."),
         ],

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import ForeignKey, Index, String, func
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .extensions import db
+
+
+# Ids are 64-bit (paging accepts up to 2**63 - 1): BIGINT on PostgreSQL, whose
+# INTEGER stops at 2**31 - 1; on SQLite INTEGER is 64-bit already, and must stay
+# INTEGER for the primary key to be the rowid.
+ID = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def utcnow() -> datetime:
@@ -20,7 +26,7 @@ def utcnow() -> datetime:
 class User(db.Model):
     __tablename__ = "users"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(String(32), unique=True)
     email: Mapped[str] = mapped_column(String(254), unique=True)
     password_hash: Mapped[str] = mapped_column(String(60))
@@ -38,8 +44,8 @@ class Tweet(db.Model):
     __tablename__ = "tweets"
 
     # Ids grow with time, so "newest first" is "highest id first" and pages are keyset ranges of ids.
-    id: Mapped[int] = mapped_column(primary_key=True)
-    author_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    author_id: Mapped[int] = mapped_column(ID, ForeignKey("users.id"))
     text: Mapped[str] = mapped_column(String(280))
     posted: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -55,8 +61,8 @@ class Follow(db.Model):
     __tablename__ = "follows"
 
     # The pair is the key: following twice is impossible, and "whom does X follow" is a range of it.
-    follower_id: Mapped[int] = mapped_column(ForeignKey("users.id"), primary_key=True)
-    followed_id: Mapped[int] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    follower_id: Mapped[int] = mapped_column(ID, ForeignKey("users.id"), primary_key=True)
+    followed_id: Mapped[int] = mapped_column(ID, ForeignKey("users.id"), primary_key=True)
 
     __table_args__ = (
         # "Who follows X": the readers whose timelines X's tweets appear in.
@@ -71,7 +77,7 @@ class CacheInvalidation(db.Model):
     # Processes replay the log by id: an id must never come back.
     __table_args__ = {"sqlite_autoincrement": True}
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     key: Mapped[str] = mapped_column(String(200))
     created: Mapped[datetime] = mapped_column(default=utcnow)
 

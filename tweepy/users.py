@@ -18,7 +18,8 @@ def _following() -> frozenset[int]:
 
 
 def _user_or_404(name: str) -> queries.UserRow:
-    user = queries.user_named(name)
+    # No name holds a NUL (forms.no_nul), and PostgreSQL refuses even to look one up.
+    user = None if "\x00" in name else queries.user_named(name)
     if user is None:
         abort(404, f"There is no user named {name!r}.")
     return user

@@ -1,0 +1,398 @@
+"""tweepy on PostgreSQL (psycopg 3): the migrations, the whole app, seeding, and
+waiting for the server without stopping other greenlets under gevent.
+
+Each test gets a database of its own, made fresh and dropped afterwards (see
+``postgres.py``); without a PostgreSQL server they are skipped, or fail when
+``TWEEPY_REQUIRE_SERVICES=1`` (see ``services.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import FAST_BCRYPT, Browser, csrf_token
+from flask_migrate import downgrade, upgrade
+from pages import errors, sign_up, text_of, tweet_ids, tweet_texts, user_names
+from postgres import fresh_database
+from sqlalchemy import select, text
+from stored import count, follows, tweets_by, user_id
+
+from tweepy import create_app
+from tweepy.extensions import db
+from tweepy.models import Follow, Tweet, User
+from tweepy.paging import LARGEST_ID
+
+TABLES = {"users", "tweets", "follows", "cache_invalidations", "alembic_version"}
+NAME_INDEX = ("uq_users_name_lower", "users")  # names unique whatever their case
+TIMELINE_INDEXES = {
+    ("ix_tweets_author_id_id", "tweets"),  # profiles and timelines, newest first
+    ("ix_follows_followed_id_follower_id", "follows"),  # who follows X
+}
+
+
+@pytest.fixture
+def postgres_database():
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture
+def make_pg_app(postgres_database):
+    """Build an app on this test's PostgreSQL database, migrated, with a low bcrypt cost."""
+    apps = []
+
+    def build(migrate=True, **overrides):
+        settings = {
+            "DATABASE_URL": postgres_database,
+            "SECRET_KEY": "test-secret",
+            "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
+            "TESTING": True,
+            **overrides,
+        }
+        app = create_app(settings)
+        apps.append(app)
+        if migrate:
+            with app.app_context():
+                upgrade()
+        return app
+
+    yield build
+    for app in apps:
+        with app.app_context():
+            db.engine.dispose()
+
+
+@pytest.fixture(params=["none", "local"], ids=["CACHE=none", "CACHE=local"])
+def pg_app(request, make_pg_app):
+    return make_pg_app(CACHE=request.param)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_app(request, make_app):
+    """The app on either database: for the rules both must keep alike."""
+    if request.param == "sqlite":
+        return make_app()
+    return request.getfixturevalue("make_pg_app")()
+
+
+# --- the migrations -----------------------------------------------------------
+
+
+def schema(app) -> tuple[set[str], set[tuple[str, str]]]:
+    """The tables and (index, table) pairs of the public schema, primary keys and unique constraints left out."""
+    with app.app_context():
+        tables = set(db.session.scalars(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")))
+        indexes = db.session.execute(
+            text(
+                "SELECT indexname, tablename FROM pg_indexes WHERE schemaname = 'public' AND indexname NOT IN "
+                "(SELECT conname FROM pg_constraint WHERE contype IN ('p', 'u'))"
+            )
+        )
+        return tables, {tuple(row) for row in indexes}
+
+
+def test_migrations_build_undo_and_rebuild_the_schema_on_postgresql(make_pg_app):
+    app = make_pg_app(migrate=False)
+    assert schema(app) == (set(), set())
+
+    with app.app_context():
+        upgrade()
+    assert schema(app) == (TABLES, {NAME_INDEX} | TIMELINE_INDEXES)
+
+    with app.app_context():
+        downgrade(revision="0001")
+    assert schema(app) == (TABLES, {NAME_INDEX})
+
+    with app.app_context():
+        downgrade(revision="base")
+    assert schema(app) == ({"alembic_version"}, set())
+
+    with app.app_context():
+        upgrade()
+    assert schema(app) == (TABLES, {NAME_INDEX} | TIMELINE_INDEXES)
+
+
+def test_migrated_postgresql_schema_matches_the_models(make_pg_app):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    app = make_pg_app()
+    with app.app_context(), db.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), db.metadata) == []
+
+
+def test_name_index_is_on_lower_name_and_unique(make_pg_app):
+    app = make_pg_app()
+    with app.app_context():
+        definition = db.session.scalar(text("SELECT indexdef FROM pg_indexes WHERE indexname = 'uq_users_name_lower'"))
+    assert definition.startswith("CREATE UNIQUE INDEX") and "lower((name)::text)" in definition
+
+
+# --- the app ------------------------------------------------------------------
+
+
+def test_a_new_user_posts_and_reads_their_timeline_on_postgresql(pg_app):
+    alice = sign_up(pg_app, "alice")
+    assert alice.post("/tweets/", {"tweet": "hello from postgres"}).status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["hello from postgres"]
+    assert tweets_by(pg_app, "alice") == ["hello from postgres"]
+
+
+def test_a_registered_user_logs_out_and_in_again(pg_app):
+    alice = sign_up(pg_app, "alice")
+    assert alice.logout().status_code == 303
+    assert alice.get("/tweets/").status_code == 302
+    assert alice.login("alice", "wrong password").status_code == 401
+    assert alice.login("alice").status_code == 303
+    assert "@alice" in text_of(alice.get("/tweets/"))
+
+
+def test_following_shows_their_tweets_and_unfollowing_hides_them(pg_app):
+    alice, bob = sign_up(pg_app, "alice"), sign_up(pg_app, "bob")
+    bob.post("/tweets/", {"tweet": "bob was here"})
+
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert follows(pg_app) == {("alice", "bob")}
+    assert tweet_texts(alice.get("/tweets/")) == ["bob was here"]
+
+    assert alice.post("/users/bob/unfollow").status_code == 303
+    assert follows(pg_app) == set()
+    assert tweet_texts(alice.get("/tweets/")) == []
+
+
+def test_profile_and_users_pages_list_what_is_stored(pg_app):
+    alice = sign_up(pg_app, "alice")
+    sign_up(pg_app, "bob")
+    alice.post("/tweets/", {"tweet": "first"})
+    alice.post("/tweets/", {"tweet": "second"})
+
+    assert tweet_texts(alice.get("/users/alice/")) == ["second", "first"]
+    assert tweet_texts(alice.get("/users/ALICE/")) == ["second", "first"]  # names are looked up whatever their case
+    assert user_names(alice.get("/users/")) == ["alice", "bob"]
+    assert alice.get("/users/nobody/").status_code == 404
+
+
+def test_paging_and_deleting_accept_the_largest_64_bit_id(pg_app):
+    alice = sign_up(pg_app, "alice")
+    alice.post("/tweets/", {"tweet": "still here"})
+    assert tweet_texts(alice.get(f"/tweets/?before={LARGEST_ID}")) == ["still here"]
+    assert tweet_texts(alice.get(f"/users/alice/?before={LARGEST_ID}")) == ["still here"]
+    assert alice.post(f"/tweets/{LARGEST_ID}/delete").status_code == 404
+
+
+def test_deleting_a_tweet_removes_it_from_pages_and_database(pg_app):
+    alice = sign_up(pg_app, "alice")
+    alice.post("/tweets/", {"tweet": "keep me"})
+    alice.post("/tweets/", {"tweet": "delete me"})
+    newest = tweet_ids(alice.get("/tweets/"))[0]
+
+    assert alice.post(f"/tweets/{newest}/delete").status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["keep me"]
+    assert tweets_by(pg_app, "alice") == ["keep me"]
+
+
+def test_someone_elses_tweet_cannot_be_deleted(pg_app):
+    alice, bob = sign_up(pg_app, "alice"), sign_up(pg_app, "bob")
+    bob.post("/tweets/", {"tweet": "mine"})
+    (bobs,) = tweet_ids(bob.get("/tweets/"))
+    assert alice.post(f"/tweets/{bobs}/delete").status_code == 403
+    assert tweets_by(pg_app, "bob") == ["mine"]
+
+
+def test_a_name_differing_only_in_case_is_refused(pg_app):
+    sign_up(pg_app, "alice")
+    response = Browser(pg_app.test_client()).register("ALICE", email="another@example.com")
+    assert response.status_code == 400
+    assert "That name is taken." in errors(response)
+    assert count(pg_app, User) == 1
+
+
+def test_the_database_refuses_a_name_differing_only_in_case(make_pg_app):
+    """The unique index holds even when two registrations pass the form's check at once."""
+    from sqlalchemy.exc import IntegrityError
+
+    app = make_pg_app()
+    with app.app_context():
+        db.session.add(User(name="alice", email="a@example.com", password_hash="x"))
+        db.session.commit()
+        db.session.add(User(name="Alice", email="b@example.com", password_hash="x"))
+        with pytest.raises(IntegrityError):
+            db.session.commit()
+        db.session.rollback()
+
+
+# --- input PostgreSQL refuses: the NUL character -------------------------------
+
+NUL = "\x00"
+NUL_ERROR = "The NUL character (\\0) is not allowed."
+
+
+def registration_with(field: str, value: str) -> dict:
+    fields = {"name": "carol", "email": "carol@example.com", "password": "long enough", "confirm": "long enough"}
+    fields[field] = value
+    if field == "password":
+        fields["confirm"] = value
+    return fields
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("name", f"car{NUL}ol"), ("email", f"carol{NUL}@example.com"), ("password", f"long{NUL}enough")],
+)
+def test_registration_with_a_nul_character_is_a_400_saying_so_and_stores_nothing(any_app, field, value):
+    browser = Browser(any_app.test_client())
+    response = browser.client.post(
+        "/register/", data={**registration_with(field, value), "csrf_token": csrf_token(browser.get("/register/"))}
+    )
+    assert response.status_code == 400
+    assert NUL_ERROR in errors(response)
+    assert count(any_app, User) == 0
+
+
+@pytest.mark.parametrize(("name", "password"), [(f"ali{NUL}ce", "correct horse"), ("alice", f"correct{NUL}horse")])
+def test_login_with_a_nul_character_is_a_400_saying_so(any_app, name, password):
+    sign_up(any_app, "alice").logout()
+    response = Browser(any_app.test_client()).login(name, password)
+    assert response.status_code == 400
+    assert NUL_ERROR in errors(response)
+
+
+@pytest.mark.parametrize("tweet", [f"hello{NUL}world", NUL])
+def test_a_tweet_with_a_nul_character_is_a_400_saying_so_and_stores_nothing(any_app, tweet):
+    alice = sign_up(any_app, "alice")
+    response = alice.post("/tweets/", {"tweet": tweet})
+    assert response.status_code == 400
+    assert NUL_ERROR in errors(response)
+    assert count(any_app, Tweet) == 0
+
+
+def test_a_profile_url_with_a_nul_character_is_a_404(any_app):
+    alice = sign_up(any_app, "alice")
+    assert alice.get("/users/ali%00ce/").status_code == 404
+    assert alice.post("/users/ali%00ce/follow").status_code == 404
+    assert count(any_app, Follow) == 0
+
+
+# --- seeding ------------------------------------------------------------------
+
+
+def seed(app, users=30, tweets=500, follows_each=4):
+    with app.app_context():
+        result = app.test_cli_runner().invoke(
+            args=["seed", "--users", str(users), "--tweets", str(tweets), "--follows", str(follows_each)]
+        )
+    assert result.exit_code == 0, result.output
+
+
+def seeded_rows(app) -> dict:
+    with app.app_context():
+        return {
+            "users": db.session.execute(select(User.id, User.name, User.email).order_by(User.id)).all(),
+            "tweets": db.session.execute(select(Tweet.id, Tweet.author_id, Tweet.text).order_by(Tweet.id)).all(),
+            "follows": set(db.session.execute(select(Follow.follower_id, Follow.followed_id)).all()),
+        }
+
+
+def test_registering_after_seeding_postgresql_gets_the_next_id(make_pg_app):
+    app = make_pg_app()
+    seed(app, users=30)
+    browser = Browser(app.test_client())
+    assert browser.register("newcomer").status_code == 303
+    assert user_id(app, "newcomer") == 31
+    assert browser.post("/tweets/", {"tweet": "after the seed"}).status_code == 303
+    assert tweet_texts(browser.get("/users/newcomer/")) == ["after the seed"]
+
+
+def test_seeding_postgresql_gives_the_same_data_as_sqlite(make_pg_app, make_app):
+    on_postgres, on_sqlite = make_pg_app(), make_app()
+    seed(on_postgres)
+    seed(on_sqlite)
+    assert seeded_rows(on_postgres) == seeded_rows(on_sqlite)
+
+
+def test_seeded_users_log_in_on_postgresql(make_pg_app):
+    app = make_pg_app()
+    seed(app)
+    browser = Browser(app.test_client())
+    assert browser.login("user30", "tweepy123").status_code == 303
+    assert len(tweet_texts(browser.get("/tweets/"))) == 50
+
+
+# --- gevent -------------------------------------------------------------------
+
+GREENLETS = 6
+SLEEP_S = 0.3
+
+# Run in a fresh interpreter, as uWSGI's gevent-early-monkey-patch does: gevent
+# patches the standard library first, then the app (and psycopg) is imported.
+CONCURRENT_SLEEPS = textwrap.dedent(
+    """
+    from gevent import monkey
+
+    monkey.patch_all()
+
+    import json, sys, time
+
+    import gevent
+    import psycopg.waiting
+    from sqlalchemy import text
+
+    from tweepy import create_app
+    from tweepy.extensions import db
+
+    url, greenlets, sleep_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    app = create_app({"DATABASE_URL": url, "SECRET_KEY": "x", "DB_POOL_SIZE": greenlets})
+
+    def sleep_in_database():
+        with app.app_context():
+            db.session.execute(text("SELECT pg_sleep(:s)"), {"s": sleep_s})
+
+    with app.app_context():
+        db.session.execute(text("SELECT 1"))  # one connection made before the clock starts, as in a warm pool
+    started = time.perf_counter()
+    gevent.joinall([gevent.spawn(sleep_in_database) for _ in range(greenlets)], raise_error=True)
+    print(json.dumps({"seconds": time.perf_counter() - started, "wait": psycopg.waiting.wait.__name__}))
+    """
+)
+
+
+def concurrent_sleeps(database_url: str, **environment: str) -> dict:
+    completed = subprocess.run(
+        [sys.executable, "-c", CONCURRENT_SLEEPS, database_url, str(GREENLETS), str(SLEEP_S)],
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.splitlines()[-1])
+
+
+def test_psycopg_lets_other_greenlets_run_while_it_waits_under_gevent(postgres_database):
+    """psycopg (3.1.14 and later) sees at import that gevent has patched ``select``
+    and waits through it (``wait_poll``) instead of in C: no hook of ours is needed."""
+    run = concurrent_sleeps(postgres_database)
+    assert run["wait"] != "wait_c"
+    assert run["seconds"] < GREENLETS * SLEEP_S / 2, f"{GREENLETS} sleeps of {SLEEP_S} s took {run['seconds']:.2f} s"
+
+
+def test_psycopg_c_wait_would_serialize_the_greenlets(postgres_database):
+    """Why the test above checks the wait function: the C one blocks the whole hub."""
+    run = concurrent_sleeps(postgres_database, PSYCOPG_WAIT_FUNC="wait_c")
+    assert run["wait"] == "wait_c"
+    assert run["seconds"] >= GREENLETS * SLEEP_S * 0.9
+
+
+def test_psycopg_imported_before_gevent_patches_keeps_the_blocking_wait():
+    """psycopg chooses its wait function once, at import: gevent must patch first
+    (uWSGI's gevent-early-monkey-patch, stages 5 and 6), or every query blocks the hub."""
+    late_patch = (
+        "import psycopg.waiting; from gevent import monkey; monkey.patch_all(); print(psycopg.waiting.wait.__name__)"
+    )
+    completed = subprocess.run([sys.executable, "-c", late_patch], capture_output=True, text=True, timeout=60)
+    assert completed.stdout.strip() == "wait_c", completed.stderr
