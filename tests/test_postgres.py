@@ -15,24 +15,26 @@ import sys
 import textwrap
 
 import pytest
-from conftest import FAST_BCRYPT, Browser, csrf_token
 from flask_migrate import downgrade, upgrade
-from pages import errors, sign_up, text_of, tweet_ids, tweet_texts, user_names
-from postgres import fresh_database
+from helpers.browser import Browser, sign_up
+from helpers.pages import csrf_token, errors, text_of, tweet_ids, tweet_texts, user_names
+from helpers.postgres import fresh_database
+from helpers.stored import FAST_BCRYPT, count, follows, tweets_by, user_id
 from sqlalchemy import select, text
-from stored import count, follows, tweets_by, user_id
 
 from tweepy import create_app
 from tweepy.extensions import db
 from tweepy.models import Follow, Tweet, User
 from tweepy.paging import LARGEST_ID
 
-TABLES = {"users", "tweets", "follows", "cache_invalidations", "alembic_version"}
+TABLES_AT_0002 = {"users", "tweets", "follows", "cache_invalidations", "alembic_version"}
+TABLES = TABLES_AT_0002 | {"throttle_events"}
 NAME_INDEX = ("uq_users_name_lower", "users")  # names unique whatever their case
 TIMELINE_INDEXES = {
     ("ix_tweets_author_id_id", "tweets"),  # profiles and timelines, newest first
     ("ix_follows_followed_id_follower_id", "follows"),  # who follows X
 }
+THROTTLE_INDEX = ("ix_throttle_events_kind_subject_at", "throttle_events")
 
 
 @pytest.fixture
@@ -102,11 +104,15 @@ def test_migrations_build_undo_and_rebuild_the_schema_on_postgresql(make_pg_app)
 
     with app.app_context():
         upgrade()
-    assert schema(app) == (TABLES, {NAME_INDEX} | TIMELINE_INDEXES)
+    assert schema(app) == (TABLES, {NAME_INDEX, THROTTLE_INDEX} | TIMELINE_INDEXES)
+
+    with app.app_context():
+        downgrade(revision="0002")
+    assert schema(app) == (TABLES_AT_0002, {NAME_INDEX} | TIMELINE_INDEXES)
 
     with app.app_context():
         downgrade(revision="0001")
-    assert schema(app) == (TABLES, {NAME_INDEX})
+    assert schema(app) == (TABLES_AT_0002, {NAME_INDEX})
 
     with app.app_context():
         downgrade(revision="base")
@@ -114,7 +120,7 @@ def test_migrations_build_undo_and_rebuild_the_schema_on_postgresql(make_pg_app)
 
     with app.app_context():
         upgrade()
-    assert schema(app) == (TABLES, {NAME_INDEX} | TIMELINE_INDEXES)
+    assert schema(app) == (TABLES, {NAME_INDEX, THROTTLE_INDEX} | TIMELINE_INDEXES)
 
 
 def test_migrated_postgresql_schema_matches_the_models(make_pg_app):
@@ -396,3 +402,44 @@ def test_psycopg_imported_before_gevent_patches_keeps_the_blocking_wait():
     )
     completed = subprocess.run([sys.executable, "-c", late_patch], capture_output=True, text=True, timeout=60)
     assert completed.stdout.strip() == "wait_c", completed.stderr
+
+
+def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_pg_app):
+    """sync() reads the log by id: a later id must never commit before an earlier one, or a
+    process that syncs in between skips the earlier key for good. Writers take turns."""
+    import threading
+    import time
+
+    from tweepy import queries
+    from tweepy.cache import forget
+    from tweepy.writes import transaction
+
+    app = make_pg_app(CACHE="local")
+    first_logged, let_first_commit = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def first() -> None:
+        with app.app_context(), transaction():
+            forget(queries.newest_tweets_by.key(1))
+            first_logged.set()
+            let_first_commit.wait(10)
+        finished.append("first")
+
+    def second() -> None:
+        first_logged.wait(10)
+        with app.app_context(), transaction():
+            forget(queries.newest_tweets_by.key(2))
+        finished.append("second")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    assert finished == [], "the second writer logged while the first had not committed"
+    let_first_commit.set()
+    for thread in threads:
+        thread.join(10)
+    assert finished == ["first", "second"]
+    with app.app_context():
+        keys = db.session.execute(text("SELECT key FROM cache_invalidations ORDER BY id")).scalars().all()
+    assert keys == ["newest_tweets_by:1", "newest_tweets_by:2"]

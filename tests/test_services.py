@@ -4,7 +4,7 @@ machine and fails in CI (``TWEEPY_REQUIRE_SERVICES=1``): see ``services.py``."""
 from __future__ import annotations
 
 import pytest
-import services
+from helpers import services
 
 # Port 1 on loopback: nothing listens there, so connecting is refused at once.
 NOWHERE = {

@@ -23,6 +23,7 @@ START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 DECLARED_IN = (
     ("The app", "tweepy.config", "SETTINGS"),
     ("How a stage is served (the stage runner)", "tools.stages", "SERVING_SETTINGS"),
+    ("The tests", "tests.helpers.services", "SETTINGS"),
 )
 
 

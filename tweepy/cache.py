@@ -37,7 +37,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 import cachetools
 from flask import Flask, current_app, g, session
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, text
 
 from .extensions import db
 from .models import CacheInvalidation, utcnow
@@ -48,6 +48,8 @@ LOG_RETENTION = timedelta(minutes=10)
 # Writes prune the log about once every this many log entries.
 PRUNE_EVERY = 500
 SESSION_KEY = "seen_write"
+# The PostgreSQL advisory lock that writers of the invalidation log take in turn.
+LOG_WRITERS_LOCK = 7170637
 # Keys whose last eviction is remembered (a few dozen bytes each).
 EVICTIONS_REMEMBERED = 100_000
 
@@ -172,6 +174,11 @@ class LocalCache:
         """Log the keys in the current transaction; evict them here once it commits."""
         if not keys:
             return
+        if db.session.get_bind().dialect.name == "postgresql":
+            # sync() reads the log by id and assumes ids commit in order, as SQLite's single writer
+            # guarantees. On PostgreSQL two writers could commit out of order and a process that
+            # synced in between would skip the earlier id for good: writers of the log take turns.
+            db.session.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": LOG_WRITERS_LOCK})
         result = db.session.execute(
             insert(CacheInvalidation).returning(CacheInvalidation.id),
             [{"key": key} for key in keys],

@@ -135,7 +135,11 @@ def timeline_of(user_id: int, before: int | None = None) -> tuple[TweetRow, ...]
     """One's own tweets and those of whom one follows, newest first (minitwit's timeline)."""
     if before is None and current_app.config["TIMELINE_FROM_CACHED_PAGES"]:
         return _timeline_merged_from_author_pages(user_id)
-    authors = select(Follow.followed_id).where(Follow.follower_id == user_id).union_all(select(literal(user_id)))
+    authors = (
+        select(Follow.followed_id)
+        .where(Follow.follower_id == user_id)
+        .union_all(select(literal(user_id, Follow.followed_id.type)))
+    )
     return _tweet_rows(_select_tweets(Tweet.author_id.in_(authors), before))
 
 

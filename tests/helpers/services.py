@@ -16,9 +16,21 @@ from functools import cache
 import pytest
 from sqlalchemy.engine import make_url
 
-# The maintenance database: tests create (and drop) databases of their own from it.
-POSTGRES_URL = os.environ.get("TWEEPY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("TWEEPY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+from tweepy.config import Setting
+
+SETTINGS = (
+    Setting(
+        "TEST_POSTGRES_URL",
+        "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        "The PostgreSQL tests create (and drop) databases of their own from this one",
+    ),
+    Setting("TEST_REDIS_URL", "redis://127.0.0.1:6379/0", "The Redis the tests use"),
+    Setting(
+        "REQUIRE_SERVICES", "0", "1: a test whose PostgreSQL or Redis is unreachable fails instead of skipping (CI)"
+    ),
+)
+POSTGRES_URL = os.environ.get("TWEEPY_TEST_POSTGRES_URL", SETTINGS[0].default)
+REDIS_URL = os.environ.get("TWEEPY_TEST_REDIS_URL", SETTINGS[1].default)
 CONNECT_TIMEOUT_S = 3
 
 
