@@ -12,7 +12,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from .extensions import db
 
-
 # Ids are 64-bit (paging accepts up to 2**63 - 1): BIGINT on PostgreSQL, whose
 # INTEGER stops at 2**31 - 1; on SQLite INTEGER is 64-bit already, and must stay
 # INTEGER for the primary key to be the rowid.

@@ -11,8 +11,9 @@ from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
-from .services import libpq_url, postgres_url
 from sqlalchemy.engine import make_url
+
+from .services import libpq_url, postgres_url
 
 
 @contextmanager
