@@ -1,6 +1,6 @@
 """The reads the protocol makes use indexes: EXPLAIN QUERY PLAN of the real
 statements, captured as the query functions run them, on empty and on seeded,
-ANALYZEd tables (the schema at head; before migration 0002 the timeline scans)."""
+ANALYZEd tables (the schema at head; before migration 0003 the timeline scans)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_following_and_user_lookups_use_keys(plans):
 
 
 def test_before_the_index_migration_the_timeline_scans_tweets(make_app, plans):
-    """At revision 0001 the check above can fail, and does.
+    """At revision 0002, before the timeline indexes, the check above can fail, and does.
 
     (make_app builds on the same database file as the `plans` fixture's app.)
     """
@@ -83,5 +83,5 @@ def test_before_the_index_migration_the_timeline_scans_tweets(make_app, plans):
 
     app = make_app()
     with app.app_context():
-        downgrade(revision="0001")
+        downgrade(revision="0002")
     assert any("SCAN tweets" in plan for plan in plans(queries.timeline_of, 1))

@@ -42,7 +42,7 @@ SERVING_SETTINGS: tuple[Setting, ...] = (
     Setting("PROCESSES", "4", "uWSGI worker processes; 'auto' means one per core (nproc)"),
     Setting("GEVENT", 0, "gevent greenlets per uWSGI process; 0 means plain synchronous workers"),
     Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
-    Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0001 has no timeline indexes)"),
+    Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0002: all but the timeline indexes)"),
     Setting("HOST", "127.0.0.1", "Address the development server (run.py) listens on"),
     Setting("PORT", 5000, "Port of the development server (run.py); the runner picks one per stage"),
 )

@@ -135,9 +135,9 @@ def seed_command(users: int, tweets: int, follows: int, rng_seed: int, if_empty:
 @with_appcontext
 @click.argument("revision")
 def schema_command(revision: str) -> None:
-    """Move the schema to REVISION ('head', '0001'...), upgrading or downgrading as needed.
+    """Move the schema to REVISION ('head', '0002'...), upgrading or downgrading as needed.
 
-    Stages 0-2 run at 0001, before the timeline indexes; stage 3 adds them.
+    The stages before the database step run at 0002, before the timeline indexes.
     """
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory

@@ -3,14 +3,17 @@
 Without them a timeline reads the whole tweets table; with them, one short
 index range per followed author.
 
-Revision ID: 0002
-Revises: 0001
+The stages before the database step run at 0002, everything the app needs
+but these indexes; the database step adds them.
+
+Revision ID: 0003
+Revises: 0002
 """
 
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,14 +1,14 @@
 """Sessions that end at log out (a per-user epoch), and the events login throttling counts.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0002
+Revises: 0001
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0002"
+down_revision = "0001"
 branch_labels = None
 depends_on = None
 
