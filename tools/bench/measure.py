@@ -325,12 +325,14 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
 def crashed_stage(number: int, error: BaseException) -> dict:
     """A stage that could not be measured at all, reported as such instead of stopping the run."""
     stage = stages.get_stage(number)
-    note = f"crashed: {type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
+    first_line = (str(error).strip().splitlines() or [""])[0][:200]
+    note = f"{type(error).__name__}: {first_line}"
     return {
         "stage": number,
         "name": stage.name,
         "settings": stage.settings,
         "server": stage.server,
+        "ceiling": {"rps": None, "lower_bound": None, "failures": None},
         "steps": [],
         "overload": None,
         "best": None,
