@@ -59,15 +59,11 @@ from tools.protocol import (
     NEW_USER_PASSWORD,
     SEED_PASSWORD,
     WEIGHTS,
-    Bar,
-    RequestStats,
     bar_from_env,
     from_locust,
     setting,
     verdict,
 )
-
-__all__ = ["Bar", "RequestStats", "Visitor", "verdict"]
 
 SEED_USERS = setting("TWEEPY_SEED_USERS")
 PAGE_SIZE = setting("TWEEPY_PAGE_SIZE")

@@ -98,7 +98,7 @@ def test_a_run_without_requests_misses_the_bar(protocol):
 
 
 def test_a_looser_bar_allows_what_the_default_refuses(protocol):
-    bar = protocol.Bar(max_p95_ms=5000, max_failures=3)
+    bar = shared.Bar(max_p95_ms=5000, max_failures=3)
     ok, line = protocol.verdict([stats("POST /", 100, 3, 4000)], total(1000, 3, 4000), 50, bar)
     assert ok
     assert "(bar: p95 < 5000 ms for all requests and for every request type with at least 5 requests, " in line
@@ -126,14 +126,14 @@ def test_the_verdict_reads_locusts_own_stats(protocol):
 
 
 def test_bar_defaults_to_the_talks(protocol):
-    assert protocol.bar_from_env({}) == protocol.Bar(max_p95_ms=2000, max_failures=0, min_requests=5)
-    assert protocol.Bar(max_p95_ms=2000, max_failures=0, min_requests=5) == protocol.BAR
+    assert protocol.bar_from_env({}) == shared.Bar(max_p95_ms=2000, max_failures=0, min_requests=5)
+    assert shared.Bar(max_p95_ms=2000, max_failures=0, min_requests=5) == protocol.BAR
 
 
 def test_bar_comes_from_the_environment(protocol):
     environ = {"TWEEPY_BAR_P95_MS": "1500", "TWEEPY_BAR_FAILURES": "2", "TWEEPY_BAR_MIN_REQUESTS": "20"}
-    assert protocol.bar_from_env(environ) == protocol.Bar(max_p95_ms=1500, max_failures=2, min_requests=20)
-    assert protocol.bar_from_env({"TWEEPY_BAR_P95_MS": " ", "TWEEPY_BAR_FAILURES": ""}) == protocol.Bar()
+    assert protocol.bar_from_env(environ) == shared.Bar(max_p95_ms=1500, max_failures=2, min_requests=20)
+    assert protocol.bar_from_env({"TWEEPY_BAR_P95_MS": " ", "TWEEPY_BAR_FAILURES": ""}) == shared.Bar()
 
 
 @pytest.mark.parametrize(

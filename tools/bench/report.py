@@ -85,7 +85,7 @@ def _details_of_run(run: dict, results: Path, fallback: dict) -> dict:
 
 def _rejudge(result: dict, bar: Bar) -> None:
     """Judge a step of an old run with the per-type bar; the capacity is the step before the first miss."""
-    best, missed = None, False
+    best, missed_before = None, False
     for step in result["steps"]:
         if "by_request" in step:
             by_type = plain_stats(step["by_request"])
@@ -94,7 +94,8 @@ def _rejudge(result: dict, bar: Bar) -> None:
             worst = slowest(by_type, bar)
             step.setdefault("slowest", worst.name if worst else None)
             step.setdefault("slowest_p95_ms", worst.p95_ms if worst else None)
-            found = [f"window: {m}" for m in misses(by_type, total, bar)]
+            missed = misses(by_type, total, bar)
+            found = ["window: " + "; ".join(missed)] if missed else []
         else:
             found = [step.get("reason", "no window was measured")]
         login_p95, login_failures = step.get("login_p95_ms"), step.get("login_failures") or 0
@@ -106,8 +107,8 @@ def _rejudge(result: dict, bar: Bar) -> None:
         step["met_bar"] = not found
         step["reasons"] = found
         if found:
-            missed = True
-        elif not missed:
+            missed_before = True
+        elif not missed_before:
             best = step
     result["best"] = best
 
@@ -177,6 +178,7 @@ def header(report: dict) -> list[str]:
         f"Window {plan['window_s']:g} s a step, after every user has logged in. "
         f"Bar: {bar_of(report).text()}, judged on each step's ramp and window alike. "
         f"This run: {report['date']}, commit {report['commit']}; every row names its own run.",
+        *([REJUDGED] if any(r["search"].get("rejudged") for r in report["stages"]) else []),
     ]
 
 
@@ -333,6 +335,11 @@ def _step_row(name: str, users: str, step: dict, verdict: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+REJUDGED = (
+    "Runs from before the per-request-type bar are re-judged with it from what they recorded: each window's "
+    "per-type stats and each ramp's first logins (the other requests of their ramps were not recorded, and they "
+    "had no overload step); a stage's capacity is its last step before the first one that misses."
+)
 NOTES = (
     "QPS at the bar: requests a second in the measured window of the highest step (users) whose ramp and "
     "window both met the bar, before the first step that missed; ≥ when the search could not say more. "
