@@ -306,6 +306,12 @@ def test_old_results_are_rejudged_with_the_per_type_bar():
     assert stage["steps"][1]["hashes"] == 24
 
 
+def test_a_kept_stage_whose_runs_probe_is_lost_is_never_measured_against_this_runs(tmp_path):
+    kept = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0"})
+    text = report.markdown(report.normalize(a_report(kept, a_stage()), results=tmp_path))
+    assert "Run of 2026-11-21 08:00 UTC, 0ld0ld0: its bcrypt probe is not recorded" in text
+
+
 def test_a_readme_block_between_the_bench_markers_is_replaced_and_the_rest_kept(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# Stage\n\nText.\n")

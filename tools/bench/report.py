@@ -59,9 +59,9 @@ def normalize(report: dict, results: Path = RESULTS) -> dict:
     bar = bar_of(report)
     own_run = {key: report.get(key) for key in ("date", "commit", "machine", "generator", "bcrypt", "plan")}
     for result in report["stages"]:
-        run = {**own_run, **result.get("run", {})}
-        if run.get("bcrypt") is None or run["date"] != own_run["date"]:
-            run = {**run, **_details_of_run(run, results, own_run)}
+        run = {**own_run, **result["run"]} if "run" not in result or result["run"]["date"] == own_run["date"] else {}
+        if not run:  # a stage kept from an earlier run: its own machine, plan and probe, never this run's
+            run = {**result["run"], **_details_of_run(result["run"], results, own_run)}
         result["run"] = run
         if "search" not in result:
             _rejudge(result, bar)
@@ -79,8 +79,12 @@ def _details_of_run(run: dict, results: Path, fallback: dict) -> dict:
         except (OSError, ValueError):
             continue
         if earlier.get("date") == run.get("date") and earlier.get("commit") == run.get("commit"):
-            return {key: earlier.get(key) for key in ("machine", "generator", "bcrypt", "plan")}
-    return {key: run.get(key) or fallback.get(key) for key in ("machine", "generator", "bcrypt", "plan")}
+            return {key: run.get(key) or earlier.get(key) for key in ("machine", "generator", "bcrypt", "plan")}
+    # Not found: the machine and data are this run's (--keep-from requires it); the probe is unknown.
+    return {
+        "bcrypt": run.get("bcrypt"),
+        **{key: run.get(key) or fallback.get(key) for key in ("machine", "generator", "plan")},
+    }
 
 
 def _rejudge(result: dict, bar: Bar) -> None:
