@@ -416,9 +416,12 @@ def chart(report: dict, path: Path) -> None:
     for x, (value, r) in enumerate(zip(qps, results, strict=True)):
         mark = "" if r["search"]["state"] == "complete" else " (cut short)"
         ladder.annotate(f"{value:.0f}{mark}", (x, value), ha="center", va="bottom", fontsize=9)
+    slowest_p95 = [(r["best"] or {}).get("slowest_p95_ms") or float("nan") for r in results]
     latency = ladder.twinx()
-    latency.plot(labels, p95, color="#c0392b", marker="o")
+    latency.plot(labels, p95, color="#c0392b", marker="o", label="all requests")
+    latency.plot(labels, slowest_p95, color="#c0392b", marker="x", linestyle="--", label="slowest request type")
     latency.set_ylabel("p95 ms at that step", color="#c0392b")
+    latency.legend(loc="upper left", fontsize=8)
 
     top = max(results, key=lambda r: r["best"]["rps"] if r["best"] else -1)
     steps = [s for s in top["steps"] if "rps" in s] + ([top["overload"]] if top.get("overload") else [])
