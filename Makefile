@@ -61,3 +61,11 @@ bench: $(VENV)/.installed-bench
 
 clean: stop
 	rm -rf var .pytest_cache
+
+# The locust web UI on http://127.0.0.1:8089/, loading the stage `make run` serves (run that first, in
+# another terminal); `make run` seeds 1,000 users, hence TWEEPY_SEED_USERS (SEED_USERS=N for another database).
+.PHONY: locust
+locust: $(VENV)/.installed-bench
+	@port=$$($(PY) -c "from tools import stages; print(stages.get_stage($(STAGE)).default_port)") && \
+	echo "==> locust web UI on http://127.0.0.1:8089/ against stage $(STAGE) at http://127.0.0.1:$$port ($(or $(SEED_USERS),1000) seeded users)" && \
+	TWEEPY_SEED_USERS=$(or $(SEED_USERS),1000) $(VENV)/bin/locust -f locustfile.py --web-host 127.0.0.1 --web-port 8089 -H http://127.0.0.1:$$port

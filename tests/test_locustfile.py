@@ -1,5 +1,6 @@
-"""The benchmark protocol's own logic, without running locust: the verdict, the bar's settings,
-reading CSRF tokens from pages, new user names and the task mix."""
+"""The benchmark protocol's own logic, without running locust: the per-request-type verdict, the
+bar's settings, reading CSRF tokens from pages, new user names, the task mix, and the capacity
+search's load shape driven by made-up statistics."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers.pages import csrf_token
+
+from tools import protocol as shared
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfile.py"
 
@@ -23,8 +25,8 @@ def protocol():
     with pytest.MonkeyPatch.context() as env:
         if "locust" not in sys.modules:
             env.setenv("LOCUST_SKIP_MONKEY_PATCH", "1")
-        for name in ("TWEEPY_SEED_USERS", "TWEEPY_PAGE_SIZE", "TWEEPY_BAR_P95_MS", "TWEEPY_BAR_FAILURES"):
-            env.delenv(name, raising=False)
+        for setting in shared.SETTINGS:
+            env.delenv(setting.name, raising=False)
         spec = importlib.util.spec_from_file_location("tweepy_locustfile", LOCUSTFILE)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -32,65 +34,106 @@ def protocol():
     return module
 
 
-# The verdict
+def stats(name, requests, failures=0, p95=10):
+    return shared.RequestStats(name, requests, failures, p95)
+
+
+def total(requests, failures=0, p95=10):
+    return shared.RequestStats(shared.AGGREGATED, requests, failures, p95)
+
+
+TIMELINE = stats("GET /tweets/", 17_000, p95=150)
+
+
+# The verdict: every request type under the bar
 
 
 def test_bar_met_with_fast_answers_and_no_failures(protocol):
-    ok, line = protocol.verdict(num_requests=18_000, num_failures=0, p95_ms=180, rps=312.44)
+    ok, line = protocol.verdict([TIMELINE, stats("POST /", 150, p95=400)], total(18_000, p95=180), rps=312.44)
     assert ok
-    assert line.startswith("BAR MET: 312.4 req/s, p95 180 ms, 0 failures in 18000 requests")
+    assert line.startswith("BAR MET: 312.4 req/s, p95 180 ms, 0 failures in 18000 requests; slowest: POST / p95 400 ms")
 
 
-def test_one_failure_misses_the_default_bar(protocol):
-    ok, line = protocol.verdict(num_requests=18_000, num_failures=1, p95_ms=180, rps=300)
+def test_a_slow_login_misses_the_bar_even_when_the_aggregate_p95_is_fast(protocol):
+    ok, line = protocol.verdict([TIMELINE, stats("POST /", 150, p95=16_000)], total(18_000, p95=180), rps=300)
+    assert not ok
+    assert line.endswith(": p95 too slow for POST / (16000 ms)")
+
+
+def test_slow_first_logins_and_registrations_miss_the_bar_too(protocol):
+    slow = [stats(shared.FIRST_LOGIN_KEY, 400, p95=29_000), stats("POST /register/", 80, p95=2500), TIMELINE]
+    ok, line = protocol.verdict(slow, total(18_000, p95=180), rps=300)
+    assert not ok
+    assert line.endswith(f": p95 too slow for {shared.FIRST_LOGIN_KEY} (29000 ms), POST /register/ (2500 ms)")
+
+
+def test_a_request_type_with_fewer_than_the_minimum_requests_is_not_judged(protocol):
+    rare = stats("POST /register/", shared.Bar().min_requests - 1, p95=9000)
+    ok, line = protocol.verdict([TIMELINE, rare], total(17_004, p95=150), rps=300)
+    assert ok
+    assert "slowest: GET /tweets/ p95 150 ms" in line
+    assert not protocol.verdict([TIMELINE, stats("POST /register/", shared.Bar().min_requests, p95=9000)], total(1), 1)[
+        0
+    ]
+
+
+def test_one_failure_misses_the_default_bar_and_names_its_request_type(protocol):
+    ok, line = protocol.verdict([TIMELINE, stats("POST /tweets/", 900, failures=1)], total(18_000, 1, 180), rps=300)
     assert not ok
     assert line.startswith("BAR MISSED: 300.0 req/s, p95 180 ms, 1 failures")
-    assert line.endswith("too many failures")
+    assert line.endswith(": 1 failures (POST /tweets/ 1)")
 
 
 def test_p95_must_stay_strictly_below_the_bar(protocol):
-    assert protocol.verdict(1000, 0, 1999, 100)[0]
-    ok, line = protocol.verdict(1000, 0, 2000, 100)
+    assert protocol.verdict([stats("GET /tweets/", 1000, p95=1999)], total(1000, p95=1999), 100)[0]
+    ok, line = protocol.verdict([stats("GET /tweets/", 1000, p95=2000)], total(1000, p95=2000), 100)
     assert not ok
-    assert line.endswith("p95 too slow")
-
-
-def test_slow_and_failing_run_names_both_misses(protocol):
-    ok, line = protocol.verdict(1000, 5, 4500, 80)
-    assert not ok
-    assert line.endswith("p95 too slow, too many failures")
+    assert line.endswith(": p95 of all requests too slow (2000 ms); p95 too slow for GET /tweets/ (2000 ms)")
 
 
 def test_a_run_without_requests_misses_the_bar(protocol):
-    ok, line = protocol.verdict(0, 0, 0, 0.0)
+    ok, line = protocol.verdict([], total(0, p95=0), 0.0)
     assert not ok
     assert "no requests were made" in line
 
 
 def test_a_looser_bar_allows_what_the_default_refuses(protocol):
-    bar = protocol.Bar(max_p95_ms=5000, max_failures=3)
-    ok, line = protocol.verdict(1000, 3, 4000, 50, bar)
+    bar = shared.Bar(max_p95_ms=5000, max_failures=3)
+    ok, line = protocol.verdict([stats("POST /", 100, 3, 4000)], total(1000, 3, 4000), 50, bar)
     assert ok
-    assert "(bar: p95 < 5000 ms, at most 3 failures)" in line
+    assert "(bar: p95 < 5000 ms for all requests and for every request type with at least 5 requests, " in line
+    assert "at most 3 failed request(s))" in line
 
 
 def test_verdict_is_one_line(protocol):
-    for args in [(10, 0, 10, 1.0), (10, 10, 10_000, 1.0)]:
-        assert "\n" not in protocol.verdict(*args)[1]
+    for by_type, whole in [([], total(10)), ([stats("POST /", 10, 10, 10_000)], total(10, 10, 10_000))]:
+        assert "\n" not in protocol.verdict(by_type, whole, 1.0)[1]
+
+
+def test_the_verdict_reads_locusts_own_stats(protocol):
+    from locust.stats import RequestStats as LocustStats
+
+    collection = LocustStats()
+    for ms in [100] * 19 + [5000]:
+        collection.log_request("POST", "/", ms, 0)
+    collection.log_request("GET", "/tweets/", 10, 0)
+    by_type, whole = shared.from_locust(collection)
+    assert {t.name: t.requests for t in by_type} == {"POST /": 20, "GET /tweets/": 1}
+    assert whole.requests == 21 and max(t.max_ms for t in by_type) == 5000
 
 
 # The bar's settings
 
 
-def test_bar_defaults_to_the_issue(protocol):
-    assert protocol.bar_from_env({}) == protocol.Bar(max_p95_ms=2000, max_failures=0)
-    assert protocol.BAR == protocol.Bar(max_p95_ms=2000, max_failures=0)
+def test_bar_defaults_to_the_talks(protocol):
+    assert protocol.bar_from_env({}) == shared.Bar(max_p95_ms=2000, max_failures=0, min_requests=5)
+    assert shared.Bar(max_p95_ms=2000, max_failures=0, min_requests=5) == protocol.BAR
 
 
 def test_bar_comes_from_the_environment(protocol):
-    bar = protocol.bar_from_env({"TWEEPY_BAR_P95_MS": "1500", "TWEEPY_BAR_FAILURES": "2"})
-    assert bar == protocol.Bar(max_p95_ms=1500, max_failures=2)
-    assert protocol.bar_from_env({"TWEEPY_BAR_P95_MS": " ", "TWEEPY_BAR_FAILURES": ""}) == protocol.Bar()
+    environ = {"TWEEPY_BAR_P95_MS": "1500", "TWEEPY_BAR_FAILURES": "2", "TWEEPY_BAR_MIN_REQUESTS": "20"}
+    assert protocol.bar_from_env(environ) == shared.Bar(max_p95_ms=1500, max_failures=2, min_requests=20)
+    assert protocol.bar_from_env({"TWEEPY_BAR_P95_MS": " ", "TWEEPY_BAR_FAILURES": ""}) == shared.Bar()
 
 
 @pytest.mark.parametrize(
@@ -101,12 +144,29 @@ def test_bar_comes_from_the_environment(protocol):
         {"TWEEPY_BAR_P95_MS": "nan"},
         {"TWEEPY_BAR_FAILURES": "-1"},
         {"TWEEPY_BAR_FAILURES": "0.5"},
+        {"TWEEPY_BAR_MIN_REQUESTS": "0"},
     ],
 )
 def test_a_bad_bar_setting_is_refused_by_name(protocol, setting):
     (name,) = setting
     with pytest.raises(ValueError, match=name):
         protocol.bar_from_env(setting)
+
+
+def test_every_bench_setting_is_declared_once_with_a_default_and_a_help():
+    names = [s.name for s in shared.SETTINGS]
+    assert len(names) == len(set(names))
+    assert all(s.help and s.default is not None for s in shared.SETTINGS)
+    sources = [LOCUSTFILE, *LOCUSTFILE.parent.glob("tools/bench*.py"), *LOCUSTFILE.parent.glob("tools/bench/*.py")]
+    for source in sources:
+        for variable in re.findall(r"TWEEPY_(?:BENCH|BAR)_[A-Z0-9_]+|TWEEPY_SEED_USERS", source.read_text()):
+            assert variable in names, f"{variable} in {source.name}"
+
+
+def test_the_seed_password_is_the_one_the_seed_command_uses():
+    from tweepy.cli import SEED_PASSWORD
+
+    assert shared.SEED_PASSWORD == SEED_PASSWORD
 
 
 # CSRF tokens
@@ -173,15 +233,12 @@ def test_task_mix_is_the_talks(protocol):
     weights = {}
     for task in protocol.Visitor.tasks:
         weights[task.__name__] = weights.get(task.__name__, 0) + 1
-    assert weights == {
-        "register": 1,
-        "log_out_and_in": 2,
-        "list_tweets": 200,
-        "write_tweet": 20,
-        "list_users": 5,
-        "follow": 5,
-        "unfollow": 5,
-    }
+    talk = {"register": 1, "log_out_and_in": 2, "list_tweets": 200, "write_tweet": 20}
+    assert weights == shared.WEIGHTS == {**talk, "list_users": 5, "follow": 5, "unfollow": 5}
+
+
+def test_the_protocols_docstring_says_what_it_does_not_where_it_came_from(protocol):
+    assert "issue" not in protocol.__doc__.lower()
 
 
 def test_users_think_between_half_a_second_and_a_second_and_a_half(protocol):
@@ -207,6 +264,144 @@ def test_importing_the_protocol_left_the_process_unpatched(protocol):
 
 
 def test_the_benchmark_waits_for_the_first_logins_under_the_protocols_name(protocol):
+    assert protocol.FIRST_LOGIN == shared.FIRST_LOGIN
+    assert shared.FIRST_LOGIN_KEY == "POST " + protocol.FIRST_LOGIN
+
+
+# The capacity search's load shape, driven by made-up statistics and a made-up clock
+
+
+class FakeEntry:
+    def __init__(self, method="", name="Aggregated"):
+        self.method, self.name = method, name
+        self.num_requests = self.num_failures = 0
+        self.p95 = self.max_response_time = 0
+        self.current_rps = 0.0
+
+    def get_response_time_percentile(self, _quantile):
+        return self.p95
+
+    get_current_response_time_percentile = get_response_time_percentile
+
+
+class FakeStats:
+    """What the shape reads of locust's stats: entries by (name, method), their total, a reset."""
+
+    def __init__(self):
+        self.entries, self.errors = {}, {}
+
+    def get(self, name, method):
+        return self.entries.setdefault((name, method), FakeEntry(method, name))
+
+    def log(self, key, requests, failures=0, p95=10):
+        method, name = key.split(" ", 1)
+        entry = self.get(name, method)
+        entry.num_requests += requests
+        entry.num_failures += failures
+        entry.p95 = entry.max_response_time = max(entry.p95, p95)
+
+    @property
+    def total(self):
+        whole = FakeEntry()
+        for entry in self.entries.values():
+            whole.num_requests += entry.num_requests
+            whole.num_failures += entry.num_failures
+            whole.p95 = whole.max_response_time = max(whole.p95, entry.p95)
+        return whole
+
+    def reset_all(self):
+        self.entries.clear()
+
+
+class FakeRunner:
+    def __init__(self):
+        self.stats, self.user_count = FakeStats(), 0
+
+
+@pytest.fixture
+def search(protocol, tmp_path, monkeypatch):
+    """A SteppedCapacity for steps of 10 and 20 users, 30 s windows, no warm-up, a 60 s ramp limit."""
     from tools import bench_shape
 
-    assert bench_shape.FIRST_LOGIN == ("POST", protocol.FIRST_LOGIN)
+    for name, value in [
+        ("TWEEPY_BENCH_STEPS", "10 20"),
+        ("TWEEPY_BENCH_WINDOW", "30"),
+        ("TWEEPY_BENCH_WARMUP", "0"),
+        ("TWEEPY_BENCH_RAMP_LIMIT", "60"),
+        ("TWEEPY_BENCH_OUT", str(tmp_path / "steps.json")),
+    ]:
+        monkeypatch.setenv(name, value)
+    clock = [1000.0]
+    monkeypatch.setattr(bench_shape.time, "monotonic", lambda: clock[0])
+    shape = bench_shape.SteppedCapacity()
+    shape.runner = FakeRunner()
+
+    def later(seconds):
+        clock[0] += seconds
+        return shape.tick()
+
+    return shape, later
+
+
+def log_in(shape, users, failures=0, p95=500):
+    shape.runner.user_count = users
+    shape.runner.stats.log(shared.FIRST_LOGIN_KEY, users, failures, p95)
+
+
+def serve(shape, requests, failures=0, p95=30):
+    shape.runner.stats.log("GET /tweets/", requests, failures, p95)
+
+
+def test_a_failed_first_login_during_a_ramp_misses_the_step_though_its_window_is_clean(search):
+    shape, later = search
+    assert later(0) == (10, shape.spawn_rate), "the first step ramps its users"
+    log_in(shape, 10, failures=1)
+    later(1)  # the ramp is over: the window starts with fresh statistics
+    serve(shape, 300)
+    later(30)
+    step = shape.results[0]
+    assert not step["met_bar"] and step["window_met"]
+    assert step["reasons"] == [f"ramp: 1 failures ({shared.FIRST_LOGIN_KEY} 1)"]
+    assert shape.state == "done", "no step met the bar, so there is no overload step"
+    assert later(1) is None
+
+
+def test_a_ramp_that_never_finishes_misses_its_step_with_the_reason(search):
+    shape, later = search
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)
+    later(30)
+    assert shape.results[0]["met_bar"]
+    assert later(0) == (20, shape.spawn_rate)
+    shape.runner.user_count = 15  # five users never start, and only five of the new ones log in
+    shape.runner.stats.log(shared.FIRST_LOGIN_KEY, 5)
+    later(61)
+    step = shape.results[1]
+    assert not step["met_bar"]
+    assert step["reasons"][0] == "ramp not finished in 60s: 15 of 20 users running, 5 of 10 first logins"
+    assert shape.state == "overload" and shape.target == 20, "then the overload step, at twice the best step"
+
+
+def test_the_overload_step_past_the_last_passing_step_reports_its_goodput(search):
+    shape, later = search
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)  # 10 requests a second: the capacity
+    later(30)
+    log_in(shape, 20, p95=4000)  # the second step's first logins are too slow
+    later(1)
+    serve(shape, 450)
+    later(30)
+    assert [s["met_bar"] for s in shape.results] == [True, False]
+    assert shape.state == "overload"
+    later(1)  # nobody new to log in: the overload window starts
+    serve(shape, 300, failures=60, p95=9000)
+    later(30)
+    overload = shape.overload
+    assert overload["users"] == 20 and overload["capacity_rps"] == 10.0
+    assert overload["goodput_rps"] == 8.0 and overload["goodput_pct_of_capacity"] == 80.0
+    assert overload["failure_share"] == 0.2 and overload["max_ms"] == 9000
+    assert shape.state == "done" and later(1) is None

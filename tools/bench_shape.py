@@ -6,19 +6,29 @@ A locust load shape that steps the number of users up (``TWEEPY_BENCH_STEPS``)
 and, at each step:
 
 1. ramps the new users up at ``TWEEPY_BENCH_SPAWN_RATE`` users a second (a
-   rate the machine can hash their first logins at),
-2. waits until every user has logged in once (the protocol names that first
-   login ``POST / [first login]``) and records the ramp: how long it took and
-   how slow those logins were,
+   rate the machine can hash their first logins at), and waits until every
+   user has logged in once (the protocol names that first login
+   ``POST / [first login]``), at most ``TWEEPY_BENCH_RAMP_LIMIT`` seconds;
+2. judges what users did during the ramp (and the first step's warm-up) with
+   the bar, first logins included: a ramp that misses the bar, or cannot
+   finish in its limit, misses the step;
 3. resets the statistics and measures a window of ``TWEEPY_BENCH_WINDOW``
-   seconds of the steady protocol, in which logins still happen at the
-   protocol's own rate,
-4. records the step (throughput, latency, failures, server CPU per request,
-   the load generator's own CPU, peak server memory) in ``TWEEPY_BENCH_OUT``
-   and stops at the first step that misses the bar.
+   seconds of the steady protocol, judged with the same bar, request type by
+   request type;
+4. records the step (throughput, latency of each request type, failures,
+   hashes counted from its own logins and registrations, server CPU per
+   request, the load generator's own CPU, peak server memory) in
+   ``TWEEPY_BENCH_OUT``, and stops searching at the first step that misses.
+
+Then one overload step (``TWEEPY_BENCH_OVERLOAD`` times the best step's users,
+at most ``TWEEPY_BENCH_OVERLOAD_MAX_USERS``) is measured the same way, even if
+its ramp cannot finish, to show whether the server keeps its goodput past
+capacity or collapses. ``TWEEPY_BENCH_OUT`` says ``"state": "done"`` only when
+all of this ran: anything else means the search was cut short.
 
 The server's processes are found from ``TWEEPY_BENCH_SERVER_PIDS`` (their
-children included, so uWSGI workers and nginx workers count).
+children included, so uWSGI workers and nginx workers count). Every setting is
+declared in ``tools/protocol.py``.
 """
 
 from __future__ import annotations
@@ -26,142 +36,116 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from locust import LoadTestShape
 
-FIRST_LOGIN = ("POST", "/ [first login]")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-# --- /proc: CPU time and memory of process trees ------------------------------------------------
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            tree.setdefault(parent, []).append(int(entry.name))
-    return tree
-
-
-def process_tree(roots: list[int]) -> list[int]:
-    tree, found, todo = _children(), [], list(roots)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, ()))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU of these processes, and of their children that exited."""
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return ticks / CLOCK_TICKS
-
-
-def memory_mb(pids: list[int]) -> float:
-    """Proportional set size: shared pages are split between the processes sharing them."""
-    total_kb = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total_kb += int(line.split()[1])
-                    break
-        except OSError:
-            try:
-                total_kb += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_KB
-            except OSError:
-                pass
-    return total_kb / 1024
-
+from tools.bench.figures import judged, overload_figures, overload_users, step_verdict, window_figures
+from tools.bench.procfs import cpu_seconds, memory_mb, process_tree
+from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, setting
 
 # --- the search --------------------------------------------------------------------------------
 
 
-def _env_list(name: str, default: str) -> list[int]:
-    return [int(v) for v in os.environ.get(name, default).replace(",", " ").split()]
-
-
 class SteppedCapacity(LoadTestShape):
-    """Step up users until the bar is missed; measure each step after its logins."""
+    """Step up users until the bar is missed, judging each step's ramp and window; then one overload step."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.steps = _env_list("TWEEPY_BENCH_STEPS", "25 50 100 200 300 400 600 800 1000 1200")
-        self.spawn_rate = float(os.environ.get("TWEEPY_BENCH_SPAWN_RATE", "5"))
-        self.window = float(os.environ.get("TWEEPY_BENCH_WINDOW", "60"))
-        self.warmup = float(os.environ.get("TWEEPY_BENCH_WARMUP", "10"))
-        self.ramp_limit = float(os.environ.get("TWEEPY_BENCH_RAMP_LIMIT", "600"))
-        self.bar_p95_ms = float(os.environ.get("TWEEPY_BAR_P95_MS", "2000"))
-        self.bar_failures = int(os.environ.get("TWEEPY_BAR_FAILURES", "0"))
-        self.out = Path(os.environ.get("TWEEPY_BENCH_OUT", "bench-steps.json"))
-        self.server_roots = _env_list("TWEEPY_BENCH_SERVER_PIDS", "")
+        self.steps = numbers(setting("TWEEPY_BENCH_STEPS"))
+        self.spawn_rate = setting("TWEEPY_BENCH_SPAWN_RATE")
+        self.window = setting("TWEEPY_BENCH_WINDOW")
+        self.warmup = setting("TWEEPY_BENCH_WARMUP")
+        self.ramp_limit = setting("TWEEPY_BENCH_RAMP_LIMIT")
+        self.overload_factor = setting("TWEEPY_BENCH_OVERLOAD")
+        self.overload_max = setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS")
+        self.bar = bar_from_env()
+        self.out = Path(setting("TWEEPY_BENCH_OUT"))
+        self.server_roots = list(numbers(setting("TWEEPY_BENCH_SERVER_PIDS")))
+        self.cores = os.cpu_count() or 1
+        self.state = "searching"  # then "overload", then "done"
+        self.ended = ""
         self.index = 0
-        self.phase = "ramp"
-        self.phase_started = time.monotonic()
+        self.target = self.steps[0]
+        self.previous_users = 0
+        self.phase = "start"
+        self.phase_started = 0.0
+        self.ramp_started = 0.0
         self.results: list[dict] = []
+        self.overload: dict | None = None
+        self.ramp: dict = {}
+        self.before: dict | None = None
         self.window_start: dict = {}
         self.peak_memory = 0.0
-        self.ramp: dict = {}
+        self.progress: dict = {}
 
     # What the runner asks every second: how many users, how fast.
     def tick(self):
-        if self.index >= len(self.steps):
-            return None
-        target = self.steps[self.index]
         now = time.monotonic()
-        stats = self.runner.stats
+        if self.phase == "start":
+            self._enter("ramp", now)
         if self.phase == "ramp":
-            # Statistics were reset when the last window began: the first logins
-            # counted since are the new users' only.
-            new_users = target - (self.steps[self.index - 1] if self.index else 0)
-            logins = stats.get(FIRST_LOGIN[1], FIRST_LOGIN[0])
-            if self.runner.user_count >= target and logins.num_requests >= new_users:
-                self.ramp = {
-                    "ramp_s": round(now - self.phase_started, 1),
-                    "login_p50_ms": logins.get_response_time_percentile(0.5),
-                    "login_p95_ms": logins.get_response_time_percentile(0.95),
-                    "login_failures": logins.num_failures,
-                }
-                self._enter("warmup" if self.index == 0 and self.warmup > 0 else "window", now)
-            elif now - self.phase_started > self.ramp_limit:
-                self._record(target, now, failed_ramp=True)
-                return None
+            self._ramp(now)
         elif self.phase == "warmup" and now - self.phase_started >= self.warmup:
             self._enter("window", now)
         elif self.phase == "window":
             self.peak_memory = max(self.peak_memory, memory_mb(process_tree(self.server_roots)))
             if now - self.phase_started >= self.window:
-                if not self._record(target, now):
-                    return None
-                self.index += 1
-                self._enter("ramp", now)
-                if self.index >= len(self.steps):
-                    return None
-                target = self.steps[self.index]
-        self._progress(target)
-        return target, self.spawn_rate
+                self._end_window(now)
+        if self.phase == "done":
+            self._write()
+            return None
+        self._progress()
+        return self.target, self.spawn_rate
+
+    def _ramp(self, now: float) -> None:
+        # Statistics were reset when the ramp began: the first logins counted are the new users'.
+        new_users = max(0, self.target - self.previous_users)
+        logins = self.runner.stats.get(FIRST_LOGIN, "POST")
+        elapsed = now - self.phase_started
+        self.ramp = {
+            "ramp_s": round(elapsed, 1),
+            "ramp_complete": False,
+            "first_logins": logins.num_requests,
+            "first_login_p50_ms": logins.get_response_time_percentile(0.5) if logins.num_requests else None,
+            "first_login_p95_ms": logins.get_response_time_percentile(0.95) if logins.num_requests else None,
+            "first_login_failures": logins.num_failures,
+        }
+        if self.runner.user_count >= self.target and logins.num_requests >= new_users:
+            self.ramp["ramp_complete"] = True
+            first = self.index == 0 and self.state == "searching"
+            self._enter("warmup" if first and self.warmup > 0 else "window", now)
+        elif elapsed > self.ramp_limit:
+            problem = (
+                f"ramp not finished in {self.ramp_limit:.0f}s: {self.runner.user_count} of {self.target} users "
+                f"running, {logins.num_requests} of {new_users} first logins"
+            )
+            self.ramp["ramp_problem"] = problem
+            if self.state == "overload":  # past capacity, measure what it does anyway
+                self._enter("window", now)
+            else:
+                self.before = self._judged_since_reset(elapsed)
+                self._record(None)
 
     def _enter(self, phase: str, now: float) -> None:
-        self.phase, self.phase_started = phase, now
+        stats = self.runner.stats
         if phase == "window":
-            self.runner.stats.reset_all()
+            # Everything users did since the ramp began is judged before the window's statistics start.
+            self.before = self._judged_since_reset(now - self.ramp_started)
+        self.phase, self.phase_started = phase, now
+        if phase == "ramp":
+            self.ramp_started = now
+            self.before = None
+            stats.reset_all()
+        elif phase == "window":
+            stats.reset_all()
             self.peak_memory = memory_mb(process_tree(self.server_roots))
             self.window_start = self._cpu_now(now)
+
+    def _judged_since_reset(self, seconds: float) -> dict:
+        by_type, total = from_locust(self.runner.stats)
+        return {"seconds": round(seconds, 1), **judged(by_type, total, seconds, self.bar)}
 
     def _cpu_now(self, now: float) -> dict:
         return {
@@ -170,55 +154,74 @@ class SteppedCapacity(LoadTestShape):
             "generator_cpu": cpu_seconds(process_tree([os.getpid()])),
         }
 
-    def _record(self, users: int, now: float, failed_ramp: bool = False) -> bool:
-        """Save the step; True when it met the bar (so the search goes on)."""
-        total = self.runner.stats.total
-        step = {"users": users, **self.ramp}
-        if failed_ramp:
-            step.update(met_bar=False, reason=f"users still logging in after {self.ramp_limit:.0f}s")
-        else:
-            end = self._cpu_now(now)
-            seconds = end["time"] - self.window_start["time"]
-            requests = total.num_requests
-            server_cpu = end["server_cpu"] - self.window_start["server_cpu"]
-            generator_cpu = end["generator_cpu"] - self.window_start["generator_cpu"]
-            p95 = total.get_response_time_percentile(0.95) or 0
-            met = requests > 0 and p95 < self.bar_p95_ms and total.num_failures <= self.bar_failures
-            step.update(
-                window_s=round(seconds, 1),
-                requests=requests,
-                rps=round(requests / seconds, 1),
-                p50_ms=total.get_response_time_percentile(0.5),
-                p95_ms=p95,
-                p99_ms=total.get_response_time_percentile(0.99),
-                failures=total.num_failures,
-                server_cpu_ms_per_request=round(1000 * server_cpu / requests, 2) if requests else None,
-                server_cpu_cores=round(server_cpu / seconds, 2),
-                generator_cpu_cores=round(generator_cpu / seconds, 2),
-                generator_cpu_share=round(generator_cpu / seconds / (os.cpu_count() or 1), 3),
-                peak_server_memory_mb=round(self.peak_memory, 1),
-                met_bar=met,
-                by_request={
-                    f"{e.method} {e.name}": {
-                        "requests": e.num_requests,
-                        "failures": e.num_failures,
-                        "p95_ms": e.get_response_time_percentile(0.95),
-                    }
-                    for e in self.runner.stats.entries.values()
-                },
-                errors={f"{e.method} {e.name}: {e.error}": e.occurrences for e in self.runner.stats.errors.values()},
-            )
+    def _end_window(self, now: float) -> None:
+        end = self._cpu_now(now)
+        stats = self.runner.stats
+        by_type, total = from_locust(stats)
+        window = window_figures(
+            by_type,
+            total,
+            end["time"] - self.window_start["time"],
+            end["server_cpu"] - self.window_start["server_cpu"],
+            end["generator_cpu"] - self.window_start["generator_cpu"],
+            self.cores,
+            self.bar,
+        )
+        window.update(
+            users_running=self.runner.user_count,
+            p50_ms=stats.total.get_response_time_percentile(0.5),
+            p99_ms=stats.total.get_response_time_percentile(0.99),
+            peak_server_memory_mb=round(self.peak_memory, 1),
+            errors={f"{e.method} {e.name}: {e.error}": e.occurrences for e in stats.errors.values()},
+        )
+        self._record(window)
+
+    def _record(self, window: dict | None) -> None:
+        met, reasons = step_verdict(self.before, window, self.ramp.get("ramp_problem"))
+        if window is not None:
+            window["window_met"] = window.pop("met")
+        step = {"users": self.target, **self.ramp, **(window or {}), "ramp": self.before, "met_bar": met}
+        if reasons:
+            step["reasons"] = reasons
+        now = time.monotonic()
+        if self.state == "overload":
+            capacity = max((s["rps"] for s in self.results if s["met_bar"]), default=0)
+            self.overload = {**step, **overload_figures(window or {}, capacity), "capacity_rps": capacity}
+            self._finish()
+            return
         self.results.append(step)
         self._write()
-        return bool(step["met_bar"])
+        if not met:
+            self._overload(f"missed at {self.target} users", now)
+        elif self.index + 1 < len(self.steps):
+            self.index += 1
+            self.previous_users, self.target = self.target, self.steps[self.index]
+            self._enter("ramp", now)
+        else:
+            self._overload(f"every step met the bar, up to {self.target} users", now)
 
-    def _progress(self, target: int) -> None:
+    def _overload(self, ended: str, now: float) -> None:
+        self.ended = ended
+        best = max((s["users"] for s in self.results if s["met_bar"]), default=None)
+        users = overload_users(best, self.overload_factor, self.overload_max)
+        if users is None:
+            self._finish()
+            return
+        self.state = "overload"
+        self.previous_users, self.target = self.runner.user_count, users
+        self._enter("ramp", now)
+
+    def _finish(self) -> None:
+        self.state = self.phase = "done"
+        self._write()
+
+    def _progress(self) -> None:
         total = self.runner.stats.total
         self.progress = {
             "phase": self.phase,
-            "step": self.index + 1,
+            "step": "overload" if self.state == "overload" else self.index + 1,
             "of_steps": len(self.steps),
-            "target_users": target,
+            "target_users": self.target,
             "users": self.runner.user_count,
             "seconds_in_phase": round(time.monotonic() - self.phase_started),
             "rps": round(total.current_rps, 1),
@@ -228,7 +231,14 @@ class SteppedCapacity(LoadTestShape):
         self._write()
 
     def _write(self) -> None:
-        data = {"steps": self.results, "progress": getattr(self, "progress", {})}
+        data = {
+            "state": self.state,
+            "ended": self.ended,
+            "bar": asdict(self.bar),
+            "steps": self.results,
+            "overload": self.overload,
+            "progress": self.progress,
+        }
         tmp = self.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.out)

@@ -1,0 +1,146 @@
+"""``make bench``: every stage measured with the locust protocol, then a table and a chart.
+
+    python -m tools.bench                      all stages, full size (10,000 users, 1,000,000 tweets)
+    python -m tools.bench --stages "4 5 6"     some stages
+    python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
+    python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
+    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run
+
+Settings, with their defaults and what each does, are declared in ``tools/protocol.py``
+(``SETTINGS``): TWEEPY_BENCH_USERS, _TWEETS, _FOLLOWS, _STEPS ("25 50 100"), _WINDOW, _WARMUP,
+_RAMP_LIMIT, _OVERLOAD, _OVERLOAD_MAX_USERS, _CEILING_USERS, the bar (TWEEPY_BAR_P95_MS,
+_FAILURES, _MIN_REQUESTS) and LOCUST_PROCESSES; TWEEPY_BCRYPT_LOG_ROUNDS (default 12) is the app's.
+
+Before the stages, the bcrypt bound: how many hashes a second the machine can do at the
+configured cost, and what protocol QPS that alone allows (3 of every 244 requests hash a
+password). For each stage (``measure.bench_stage``): a fresh copy of one seeded database, the
+stage started as ``make run`` would, the ceiling of its stack (the same load generator asking for
+``/healthz`` as fast as it can; a lower bound when the generator or the machine was the limit),
+then the capacity search of ``tools/bench_shape.py`` and its overload step. A stage that crashes,
+or a search cut short, is reported as such and makes the run exit with 1.
+
+Results go to ``results/<date>-<host>/`` (``results.json``, ``RESULTS.md``, ``chart.png``, raw
+locust CSVs under ``raw/``); ``results/LATEST.md``, the top-level README, ``stages/README.md`` and
+each stage's README show the newest. Quick runs write under ``var/bench/`` only.
+
+The load generator. The bench runs locust on this machine, beside the servers, and reports its
+host, processes and CPU share; ``LOCUST_PROCESSES=N`` runs N locust processes (``--processes``).
+To load a stage from several machines instead, run the protocol by hand, with the same settings
+and the repository checked out on every host (locust must be started from its root):
+
+    # on the server's machine: the stage, listening where the workers can reach it
+    make run STAGE=6            # binds 127.0.0.1: put a proxy in front, or run it on a private network
+    # on the master's machine (judges the bar from every worker's stats; --expect-workers waits for them)
+    TWEEPY_SEED_USERS=1000 locust -f locustfile.py --master --headless -H http://SERVER:8080 \\
+        -u 400 -r 5 --run-time 5m --expect-workers 4 --csv results/remote
+    # on each load machine, as many processes as it has cores
+    TWEEPY_SEED_USERS=1000 locust -f locustfile.py --worker --master-host MASTER --processes 4
+
+``locust -f locustfile.py,tools/bench_shape.py --master ...`` runs the capacity search that way
+too (with ``TWEEPY_BENCH_SERVER_PIDS`` empty, no server CPU or memory is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tools import stages
+from tools.bench.measure import (
+    ROOT,
+    WORK,
+    bcrypt_bound,
+    bench_stage,
+    crashed_stage,
+    generator,
+    git_commit,
+    machine,
+    say,
+    seeded_master,
+)
+from tools.bench.plan import make_plan
+from tools.bench.report import RESULTS, write_reports
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--stages", default="", help='stage numbers, e.g. "4 5 6" (default: all)')
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny data, one short step per stage")
+    parser.add_argument("--out", type=Path, help="write the report here instead of results/<date>-<host>/")
+    parser.add_argument(
+        "--keep-from",
+        type=Path,
+        metavar="FOLDER",
+        help="take the stages not run now from an earlier run's results.json",
+    )
+    parser.add_argument(
+        "--report", type=Path, metavar="FOLDER", help="only redo the table, chart and READMEs from FOLDER/results.json"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.report:
+        folder = args.report.resolve()
+        report = json.loads((folder / "results.json").read_text())
+        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS))
+        return 0
+
+    numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
+    plan = make_plan(numbers, args.quick, os.environ)
+    now = datetime.now(UTC)
+    folder = args.out or (WORK / "quick" if args.quick else RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}")
+    raw = folder / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+
+    say(f"bcrypt bound at cost {plan.bcrypt_cost}: hashing on every core for {plan.bcrypt_probe_s:g}s")
+    bound = bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
+    say(f"  {bound['hashes_per_s']} hashes/s: the protocol alone can reach {bound['protocol_qps_bound']} QPS")
+    master = seeded_master(plan)
+
+    report = {
+        "date": f"{now:%Y-%m-%d %H:%M} UTC",
+        "commit": git_commit(),
+        "machine": machine(),
+        "generator": generator(plan),
+        "plan": asdict(plan),
+        "bar": asdict(plan.bar),
+        "bcrypt": bound,
+        "stages": [],
+    }
+    this_run = {key: report[key] for key in ("date", "commit", "machine", "generator", "plan", "bcrypt")}
+    if args.keep_from:
+        earlier = json.loads((args.keep_from / "results.json").read_text())
+        earlier_run = {key: earlier.get(key) for key in ("date", "commit", "machine", "generator", "plan", "bcrypt")}
+        report["stages"] = [
+            {**r, "run": r.get("run", earlier_run)} for r in earlier["stages"] if r["stage"] not in plan.stages
+        ]
+    for number in plan.stages:
+        try:
+            result = bench_stage(plan, number, master, raw, bound)
+        except Exception as error:  # reported, and the other stages still measured
+            say(f"  stage {number}: crashed: {error}")
+            result = crashed_stage(number, error)
+        report["stages"].append({**result, "run": this_run})
+        report["stages"].sort(key=lambda r: r["stage"])
+        (folder / "results.json").write_text(json.dumps(report, indent=1))
+
+    incomplete = [r["stage"] for r in report["stages"] if r["search"]["state"] != "complete"]
+    write_reports(report, folder, publish_it=not args.quick and args.out is None)
+    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    if incomplete:
+        say(f"done, but the search of stage(s) {incomplete} did not run to its end: {shown}/RESULTS.md")
+        return 1
+    say(f"done: {shown}/RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Arithmetic on what the bench measured: a window's figures, the overload step's goodput, the
+capacity projection. Nothing here measures, starts anything or imports locust, so the load shape
+(inside locust), the reports and the tests share it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from tools.protocol import (
+    HASHES_PER_CYCLE,
+    REQUESTS_PER_CYCLE,
+    Bar,
+    RequestStats,
+    hashes_done,
+    misses,
+    slowest,
+    verdict,
+)
+
+PROJECTED_CORES = (4, 8)
+
+
+def plain_stats(by_request: Mapping[str, Mapping]) -> list[RequestStats]:
+    """Per-type stats back from a step's ``by_request`` (as the shape saves them)."""
+    return [
+        RequestStats(name, s["requests"], s.get("failures", 0), s.get("p95_ms") or 0, s.get("max_ms") or 0)
+        for name, s in by_request.items()
+    ]
+
+
+def by_request(by_type: Iterable[RequestStats]) -> dict[str, dict]:
+    """Per-type stats as saved in results.json, request types with no request left out."""
+    return {
+        t.name: {"requests": t.requests, "failures": t.failures, "p95_ms": t.p95_ms, "max_ms": t.max_ms}
+        for t in by_type
+        if t.requests
+    }
+
+
+def judged(by_type: list[RequestStats], total: RequestStats, seconds: float, bar: Bar) -> dict:
+    """What the bar says of some traffic, and the figures it read."""
+    ok, line = verdict(by_type, total, total.requests / seconds if seconds else 0.0, bar)
+    worst = slowest(by_type, bar)
+    return {
+        "requests": total.requests,
+        "failures": total.failures,
+        "p95_ms": total.p95_ms,
+        "max_ms": total.max_ms,
+        "slowest": worst.name if worst else None,
+        "slowest_p95_ms": worst.p95_ms if worst else None,
+        "met": ok,
+        "verdict": line,
+        "misses": misses(by_type, total, bar),
+        "by_request": by_request(by_type),
+    }
+
+
+def window_figures(
+    by_type: list[RequestStats],
+    total: RequestStats,
+    seconds: float,
+    server_cpu_s: float,
+    generator_cpu_s: float,
+    cores: int,
+    bar: Bar,
+) -> dict:
+    """A measured window: throughput, goodput, hashes counted from its own requests, CPU per request."""
+    requests = total.requests
+    hashes = hashes_done(by_type)
+    return {
+        **judged(by_type, total, seconds, bar),
+        "window_s": round(seconds, 1),
+        "rps": round(requests / seconds, 1) if seconds else 0.0,
+        "goodput_rps": round((requests - total.failures) / seconds, 1) if seconds else 0.0,
+        "hashes": hashes,
+        "hashes_per_s": round(hashes / seconds, 2) if seconds else 0.0,
+        "server_cpu_ms_per_request": round(1000 * server_cpu_s / requests, 2) if requests else None,
+        "server_cpu_cores": round(server_cpu_s / seconds, 2) if seconds else 0.0,
+        "generator_cpu_cores": round(generator_cpu_s / seconds, 2) if seconds else 0.0,
+        "generator_cpu_share": round(generator_cpu_s / seconds / cores, 3) if seconds else 0.0,
+    }
+
+
+def step_verdict(before: dict | None, window: dict | None, ramp_problem: str | None = None) -> tuple[bool, list[str]]:
+    """A step meets the bar only if everything its users did did: the ramp (and warm-up) and the window."""
+    reasons = []
+    if ramp_problem:
+        reasons.append(ramp_problem)
+    if before is not None and not before["met"]:
+        reasons.append("ramp: " + "; ".join(before["misses"]))
+    if window is None:
+        reasons.append("no window was measured")
+    elif not window.get("met", window.get("window_met")):
+        reasons.append("window: " + "; ".join(window["misses"]))
+    return not reasons, reasons
+
+
+def overload_users(best_users: int | None, factor: float, maximum: int) -> int | None:
+    """Users of the step past capacity: ``factor`` times the best step's, at most ``maximum``."""
+    if not best_users or factor <= 0:
+        return None
+    return max(best_users + 1, min(maximum, round(best_users * factor)))
+
+
+def overload_figures(window: Mapping, capacity_rps: float) -> dict:
+    """How the server holds up past capacity: successful requests a second against the capacity."""
+    requests, failures = window.get("requests", 0), window.get("failures", 0)
+    seconds = window.get("window_s") or 0
+    goodput = (requests - failures) / seconds if seconds else 0.0
+    return {
+        "goodput_rps": round(goodput, 1),
+        "goodput_pct_of_capacity": round(100 * goodput / capacity_rps, 1) if capacity_rps else None,
+        "failure_share": round(failures / requests, 4) if requests else None,
+        "max_ms": window.get("max_ms"),
+    }
+
+
+def cpu_ms_per_hash(bound: Mapping) -> float:
+    """CPU time of one hash, from the bcrypt probe (every core hashing)."""
+    return 1000 * bound["cores"] / bound["hashes_per_s"]
+
+
+def protocol_qps_bound(hashes_per_s: float) -> float:
+    """The protocol's QPS if the machine did nothing but its hashes: 3 hashes every 244 requests."""
+    return hashes_per_s * REQUESTS_PER_CYCLE / HASHES_PER_CYCLE
+
+
+def projection(
+    server_cpu_ms_per_request: float,
+    hashes: int,
+    requests: int,
+    ms_per_hash: float,
+    cores: int,
+    parallel: int | None,
+) -> dict:
+    """The QPS of the same stage on ``cores`` cores, the load generator on another machine.
+
+    The window's server CPU minus its counted hashes is the app's own cost a request; the protocol
+    adds 3 hashes every 244 requests back at the probe's cost. Cores beyond what the stage can run
+    at once (``parallel``: 1 for the development server, its uWSGI processes otherwise) add nothing.
+    Assumes CPU is the only limit and scales linearly: a projection, not a measurement."""
+    hashing_ms = hashes * ms_per_hash / requests if requests else 0.0
+    app_ms = max(0.0, server_cpu_ms_per_request - hashing_ms)
+    per_request = app_ms + HASHES_PER_CYCLE / REQUESTS_PER_CYCLE * ms_per_hash
+    usable = cores if parallel is None else min(cores, parallel)
+    return {
+        "cores": cores,
+        "usable_cores": usable,
+        "app_cpu_ms_per_request": round(app_ms, 2),
+        "cpu_ms_per_request": round(per_request, 2),
+        "qps": round(usable * 1000 / per_request, 0) if per_request else None,
+    }

@@ -1,0 +1,340 @@
+"""What a bench run measures: the bcrypt bound, a seeded database per size, and for each stage
+its stack ceiling and its capacity search (``tools/bench_shape.py`` inside locust). Also where it
+ran: the machine, the load generator and the commit."""
+
+from __future__ import annotations
+
+import csv as csv_module
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import bcrypt
+
+from tools import stages
+from tools.bench.figures import protocol_qps_bound
+from tools.bench.plan import Plan, locust_command, search_time_limit, shape_environment, spawn_rate
+from tools.bench.procfs import cpu_seconds, process_tree
+from tools.protocol import SEED_PASSWORD
+
+ROOT = stages.ROOT
+WORK = stages.VAR / "bench"
+# The generator is the ceiling's bottleneck when its processes are this busy, or the whole machine is.
+BUSY = 0.9
+
+
+def say(message: str) -> None:
+    print(f"==> {message}" if not message.startswith("  ") else message, flush=True)
+
+
+# --- where it runs ------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    return {
+        "host": socket.gethostname(),
+        "cpu": model,
+        "cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(memory_kb / 1024 / 1024, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def generator(plan: Plan) -> dict:
+    """Where the load came from: the bench always runs locust here, beside the servers."""
+    return {"host": socket.gethostname(), "processes": plan.locust_processes, "same_machine_as_servers": True}
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    commit = done.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return commit + ("+changes" if dirty.stdout.strip() else "")
+
+
+# --- the bcrypt bound ------------------------------------------------------------------------------
+
+
+def _hash_for(args: tuple[int, float]) -> int:
+    cost, seconds = args
+    count, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline or count == 0:
+        bcrypt.hashpw(SEED_PASSWORD.encode(), bcrypt.gensalt(cost))
+        count += 1
+    return count
+
+
+def bcrypt_bound(cost: int, seconds: float) -> dict:
+    """Hashes a second with every core hashing, and the protocol QPS that allows."""
+    cores = len(os.sched_getaffinity(0))
+    started = time.monotonic()
+    with multiprocessing.Pool(cores) as pool:
+        hashes = sum(pool.map(_hash_for, [(cost, seconds)] * cores))
+    per_second = hashes / (time.monotonic() - started)
+    return {
+        "cost": cost,
+        "cores": cores,
+        "hashes_per_s": round(per_second, 2),
+        "cpu_ms_per_hash": round(1000 * cores / per_second, 1),
+        "protocol_qps_bound": round(protocol_qps_bound(per_second), 1),
+    }
+
+
+# --- the database -------------------------------------------------------------------------------------
+
+
+def seeded_master(plan: Plan) -> Path:
+    """One seeded database per size, made once and copied for every stage."""
+    master = WORK / f"seed-u{plan.users}-t{plan.tweets}-f{plan.follows}-c{plan.bcrypt_cost}.sqlite3"
+    if master.exists():
+        return master
+    WORK.mkdir(parents=True, exist_ok=True)
+    making = master.with_suffix(".making")
+    making.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "TWEEPY_DATABASE_URL": f"sqlite:///{making}",
+        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
+    }
+    flask = [str(stages.BIN / "flask"), "--app", "tweepy"]
+    say(f"seeding {plan.users} users, {plan.tweets} tweets, {plan.follows} follows each into {master.name}")
+    subprocess.run([*flask, "db", "upgrade"], env=env, cwd=ROOT, check=True, capture_output=True)
+    sizes = ["--users", str(plan.users), "--tweets", str(plan.tweets), "--follows", str(plan.follows)]
+    subprocess.run([*flask, "seed", *sizes], env=env, cwd=ROOT, check=True)
+    making.rename(master)
+    return master
+
+
+def fresh_copy(master: Path, target: Path) -> Path:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{target}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(master, target)
+    return target
+
+
+# --- the stack ceiling ------------------------------------------------------------------------------
+
+
+def aggregated(csv: Path) -> dict:
+    """The Aggregated row of a locust ``--csv`` stats file."""
+    with open(f"{csv}_stats.csv", newline="") as f:
+        for row in csv_module.DictReader(f):
+            if row["Name"] == "Aggregated":
+                return {
+                    "requests": int(row["Request Count"]),
+                    "failures": int(row["Failure Count"]),
+                    "rps": round(float(row["Requests/s"]), 1),
+                }
+    raise RuntimeError(f"no Aggregated row in {csv}_stats.csv")
+
+
+def ceiling_verdict(rps: float, generator_cores: float, server_cores: float, processes: int, cores: int) -> dict:
+    """The ceiling is only the stack's when the generator had room to spare; otherwise a lower bound."""
+    why = []
+    if generator_cores >= BUSY * processes:
+        why.append(f"the generator used {generator_cores:.2f} of its {processes} process(es)")
+    if generator_cores + server_cores >= BUSY * cores:
+        why.append(f"generator and servers together used {generator_cores + server_cores:.2f} of {cores} cores")
+    return {"rps": rps, "lower_bound": bool(why), "why": "; ".join(why)}
+
+
+def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
+    csv = raw / f"stage{running.stage.number}-ceiling"
+    command = locust_command(plan, "tools/ceiling_locustfile.py", running.url, csv, plan.ceiling_users, plan.ceiling_s)
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # CPU shares are sampled inside the run, past locust's start-up (imports, spawning users).
+        time.sleep(min(2.0, plan.ceiling_s / 2))
+        first = _cpu_of(process.pid, running)
+        time.sleep(max(0.5, plan.ceiling_s - min(2.0, plan.ceiling_s / 2) - 0.5))
+        last = _cpu_of(process.pid, running)
+        process.wait(timeout=plan.ceiling_s + 60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    seconds = last["time"] - first["time"]
+    generator_cores = (last["generator"] - first["generator"]) / seconds
+    server_cores = (last["server"] - first["server"]) / seconds
+    figures = aggregated(csv)
+    cores = len(os.sched_getaffinity(0))
+    return {
+        **ceiling_verdict(figures["rps"], generator_cores, server_cores, plan.locust_processes, cores),
+        "requests": figures["requests"],
+        "failures": figures["failures"],
+        "users": plan.ceiling_users,
+        "generator_cpu_cores": round(generator_cores, 2),
+        "server_cpu_cores": round(server_cores, 2),
+    }
+
+
+def _cpu_of(generator_pid: int, running: stages.Running) -> dict:
+    return {
+        "time": time.monotonic(),
+        "generator": cpu_seconds(process_tree([generator_pid])),
+        "server": cpu_seconds(process_tree([p.pid for _, p in running.children])),
+    }
+
+
+# --- the capacity search -------------------------------------------------------------------------------
+
+
+def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict) -> dict:
+    """Run the search; its steps, its overload step, and whether it ran to its end."""
+    number = running.stage.number
+    out = raw / f"stage{number}-steps.json"
+    out.unlink(missing_ok=True)
+    rate = spawn_rate(plan, bound["hashes_per_s"])
+    env = {**os.environ, **shape_environment(plan, out, [p.pid for _, p in running.children], rate)}
+    limit = search_time_limit(plan)
+    files = "locustfile.py,tools/bench_shape.py"
+    command = locust_command(plan, files, running.url, raw / f"stage{number}", None, limit)
+    log_path = raw / f"stage{number}-locust.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        shown = None
+        try:
+            while process.poll() is None:
+                time.sleep(2)
+                line = progress_line(number, out)
+                if line and line != shown:
+                    say(line)
+                    shown = line
+                if not running.alive():
+                    say(f"  stage {number}: a server exited during the search")
+                    break
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return search_outcome(out, process.returncode, running.alive(), log_path.name)
+
+
+def search_outcome(out: Path, exit_code: int | None, servers_alive: bool, log_name: str) -> dict:
+    """The shape's results, and what kept the search from its end when something did."""
+    try:
+        data = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return {
+            "steps": [],
+            "overload": None,
+            "search": {
+                "state": "crashed",
+                "note": f"locust exited with code {exit_code} and wrote no results ({log_name})",
+            },
+        }
+    search = {"state": "complete" if data.get("state") == "done" else "cut short", "ended": data.get("ended", "")}
+    if search["state"] != "complete":
+        p = data.get("progress") or {}
+        where = f"in the {p.get('phase', '?')} of step {p.get('step', '?')} ({p.get('target_users', '?')} users)"
+        cause = "a server exited" if not servers_alive else f"locust exited with code {exit_code}"
+        search["note"] = f"{cause} {where}; see {log_name}"
+    return {"steps": data.get("steps", []), "overload": data.get("overload"), "search": search}
+
+
+def progress_line(number: int, out: Path) -> str | None:
+    try:
+        p = json.loads(out.read_text())["progress"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not p:
+        return None
+    step = "overload step" if p["step"] == "overload" else f"step {p['step']}/{p['of_steps']}"
+    return (
+        f"  stage {number} · {step} · {p['phase']} {p['seconds_in_phase']}s · "
+        f"{p['users']}/{p['target_users']} users · {p['rps']} rps · p95 {p['p95_ms'] or 0:.0f} ms · "
+        f"{p['failures']} failures"
+    )
+
+
+# --- one stage -------------------------------------------------------------------------------------------
+
+
+def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -> dict:
+    stage = stages.get_stage(number)
+    say(f"stage {number} ({stage.name}): fresh database, starting the servers")
+    database = fresh_copy(master, WORK / "bench.sqlite3")
+    env = {
+        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
+        "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
+        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
+    }
+    var = WORK / f"stage{number}"
+    shutil.rmtree(var, ignore_errors=True)
+    with stages.start(stage, port=stages.free_port(), var=var, env=env) as running:
+        ceiling = measure_ceiling(plan, running, raw)
+        bound_text = f" (a lower bound: {ceiling['why']})" if ceiling["lower_bound"] else ""
+        say(
+            f"  stage {number}: stack ceiling {ceiling['rps']} requests/s{bound_text}, {ceiling['failures']} failures "
+            f"(GET /healthz, {plan.ceiling_users} users, no think time)"
+        )
+        searched = measure_capacity(plan, running, raw, bound)
+    steps = searched["steps"]
+    best = max((s for s in steps if s.get("met_bar")), key=lambda s: s["users"], default=None)
+    result = {
+        "stage": number,
+        "name": stage.name,
+        "settings": stage.settings,
+        "server": stage.server,
+        "processes": stage.processes if stage.server == "uwsgi" else 1,
+        "processes_setting": stage.get("PROCESSES") if stage.server == "uwsgi" else "1",
+        "ceiling": ceiling,
+        "ceiling_rps": ceiling["rps"],
+        **searched,
+        "best": best,
+    }
+    search = searched["search"]
+    say(f"  stage {number}: search {search['state']}: {search.get('note') or search.get('ended', '')}")
+    if best:
+        say(
+            f"  stage {number}: {best['rps']} QPS at {best['users']} users, p95 {best['p95_ms']} ms "
+            f"(slowest {best['slowest']} {best['slowest_p95_ms']} ms), "
+            f"{best['server_cpu_ms_per_request']} ms of server CPU a request"
+        )
+    else:
+        say(f"  stage {number}: no step met the bar")
+    if searched["overload"]:
+        o = searched["overload"]
+        say(
+            f"  stage {number}: overload at {o['users']} users: goodput {o['goodput_rps']} requests/s "
+            f"({o['goodput_pct_of_capacity']}% of capacity), failures {100 * (o['failure_share'] or 0):.1f}%, "
+            f"max {o['max_ms']} ms"
+        )
+    return result
+
+
+def crashed_stage(number: int, error: BaseException) -> dict:
+    """A stage that could not be measured at all, reported as such instead of stopping the run."""
+    stage = stages.get_stage(number)
+    first_line = (str(error).strip().splitlines() or [""])[0][:200]
+    note = f"{type(error).__name__}: {first_line}"
+    return {
+        "stage": number,
+        "name": stage.name,
+        "settings": stage.settings,
+        "server": stage.server,
+        "ceiling": {"rps": None, "lower_bound": None, "failures": None},
+        "steps": [],
+        "overload": None,
+        "best": None,
+        "search": {"state": "crashed", "note": note},
+    }

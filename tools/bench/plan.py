@@ -1,0 +1,125 @@
+"""What a bench run will do: its stages, data sizes, steps, windows and bar, from the command line
+and the settings of ``tools/protocol.py``; and the locust command lines that carry it out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tools import stages
+from tools.protocol import SETTINGS, Bar, bar_from_env, numbers, setting
+
+DEFAULTS = {s.name: s.default for s in SETTINGS}
+
+
+@dataclass
+class Plan:
+    stages: list[int]
+    users: int = DEFAULTS["TWEEPY_BENCH_USERS"]
+    tweets: int = DEFAULTS["TWEEPY_BENCH_TWEETS"]
+    follows: int = DEFAULTS["TWEEPY_BENCH_FOLLOWS"]
+    steps: tuple[int, ...] = numbers(DEFAULTS["TWEEPY_BENCH_STEPS"])
+    window_s: float = DEFAULTS["TWEEPY_BENCH_WINDOW"]
+    warmup_s: float = DEFAULTS["TWEEPY_BENCH_WARMUP"]
+    ramp_limit_s: float = DEFAULTS["TWEEPY_BENCH_RAMP_LIMIT"]
+    overload: float = DEFAULTS["TWEEPY_BENCH_OVERLOAD"]
+    overload_max_users: int = DEFAULTS["TWEEPY_BENCH_OVERLOAD_MAX_USERS"]
+    ceiling_s: float = 15
+    ceiling_users: int = DEFAULTS["TWEEPY_BENCH_CEILING_USERS"]
+    bcrypt_cost: int = 12
+    bcrypt_probe_s: float = 5
+    spawn_share: float = 0.5  # of the machine's hashing rate, for first logins in a ramp
+    locust_processes: int = DEFAULTS["LOCUST_PROCESSES"]
+    bar: Bar = field(default_factory=Bar)
+    quick: bool = False
+
+
+def quick_plan(stage_numbers: list[int]) -> Plan:
+    """A smoke run: tiny data and short windows, but enough traffic (about 1,700 tasks over the
+    ladder's windows) that every request type of the protocol shows up, registrations (1 in 238) included."""
+    return Plan(
+        stages=stage_numbers,
+        users=200,
+        tweets=5_000,
+        follows=10,
+        steps=(10,),
+        window_s=8,
+        warmup_s=1,
+        ramp_limit_s=60,
+        overload=2,
+        overload_max_users=20,
+        ceiling_s=4,
+        ceiling_users=10,
+        spawn_share=0.25,
+        bcrypt_probe_s=1,
+        quick=True,
+    )
+
+
+def make_plan(stage_numbers: list[int], quick: bool, environ: Mapping[str, str]) -> Plan:
+    """The plan for these stages; settings from the environment win, except data sizes in a quick run."""
+    plan = quick_plan(stage_numbers) if quick else Plan(stages=stage_numbers)
+    read = {name: environ.get(name, "").strip() for name in DEFAULTS}
+    if read["TWEEPY_BENCH_STEPS"]:
+        plan.steps = numbers(read["TWEEPY_BENCH_STEPS"])
+    for name, attribute in [
+        ("TWEEPY_BENCH_WINDOW", "window_s"),
+        ("TWEEPY_BENCH_WARMUP", "warmup_s"),
+        ("TWEEPY_BENCH_RAMP_LIMIT", "ramp_limit_s"),
+        ("TWEEPY_BENCH_OVERLOAD", "overload"),
+        ("TWEEPY_BENCH_OVERLOAD_MAX_USERS", "overload_max_users"),
+        ("TWEEPY_BENCH_CEILING_USERS", "ceiling_users"),
+        ("LOCUST_PROCESSES", "locust_processes"),
+        *([] if quick else [("TWEEPY_BENCH_USERS", "users"), ("TWEEPY_BENCH_TWEETS", "tweets")]),
+        *([] if quick else [("TWEEPY_BENCH_FOLLOWS", "follows")]),
+    ]:
+        if read[name]:
+            setattr(plan, attribute, setting(name, environ))
+    plan.bcrypt_cost = int(environ.get("TWEEPY_BCRYPT_LOG_ROUNDS", "").strip() or plan.bcrypt_cost)
+    plan.bar = bar_from_env(environ)
+    if not plan.steps or any(b <= a for a, b in zip(plan.steps, plan.steps[1:], strict=False)) or plan.steps[0] < 1:
+        raise ValueError(f"TWEEPY_BENCH_STEPS={' '.join(map(str, plan.steps))!r}: expected users going up")
+    return plan
+
+
+def spawn_rate(plan: Plan, hashes_per_s: float) -> float:
+    """New users a second in a ramp: a share of what the machine can hash, so first logins do not queue.
+    Quick runs take a smaller share: they run beside whatever else the machine is doing."""
+    return max(1.0, round(plan.spawn_share * hashes_per_s, 1))
+
+
+def search_time_limit(plan: Plan) -> float:
+    """How long locust may run the search before it is cut short: every ramp at its limit."""
+    per_step = plan.ramp_limit_s + plan.window_s + 15
+    return plan.warmup_s + (len(plan.steps) + 1) * per_step + 60
+
+
+def locust_command(plan: Plan, files: str, url: str, csv, users: int | None, run_time: float) -> list[str]:
+    # No trailing slash: locust joins the host and "/tweets/" itself.
+    command = [str(stages.BIN / "locust"), "-f", files, "--headless", "-H", url.rstrip("/")]
+    command += ["--csv", str(csv), "--only-summary", "--run-time", f"{int(run_time)}s"]
+    command += ["--stop-timeout", "5", "--loglevel", "WARNING"]
+    if users is not None:
+        command += ["-u", str(users), "-r", str(users)]
+    if plan.locust_processes > 1:
+        command += ["--processes", str(plan.locust_processes)]
+    return command
+
+
+def shape_environment(plan: Plan, out, server_pids: list[int], rate: float) -> dict[str, str]:
+    """The settings the load shape and the protocol read inside locust."""
+    return {
+        "TWEEPY_SEED_USERS": str(plan.users),
+        "TWEEPY_BENCH_STEPS": " ".join(map(str, plan.steps)),
+        "TWEEPY_BENCH_SPAWN_RATE": str(rate),
+        "TWEEPY_BENCH_WINDOW": str(plan.window_s),
+        "TWEEPY_BENCH_WARMUP": str(plan.warmup_s),
+        "TWEEPY_BENCH_RAMP_LIMIT": str(plan.ramp_limit_s),
+        "TWEEPY_BENCH_OVERLOAD": str(plan.overload),
+        "TWEEPY_BENCH_OVERLOAD_MAX_USERS": str(plan.overload_max_users),
+        "TWEEPY_BENCH_OUT": str(out),
+        "TWEEPY_BENCH_SERVER_PIDS": " ".join(map(str, server_pids)),
+        "TWEEPY_BAR_P95_MS": str(plan.bar.max_p95_ms),
+        "TWEEPY_BAR_FAILURES": str(plan.bar.max_failures),
+        "TWEEPY_BAR_MIN_REQUESTS": str(plan.bar.min_requests),
+    }

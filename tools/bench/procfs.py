@@ -1,0 +1,61 @@
+"""CPU time and memory of process trees, read from /proc (Linux): the servers' cost, and the load
+generator's own. No locust here, so the bench and the load shape share it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            tree.setdefault(parent, []).append(int(entry.name))
+    return tree
+
+
+def process_tree(roots: list[int]) -> list[int]:
+    tree, found, todo = _children(), [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(tree.get(pid, ()))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes, and of their children that exited."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return ticks / CLOCK_TICKS
+
+
+def memory_mb(pids: list[int]) -> float:
+    """Proportional set size: shared pages are split between the processes sharing them."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kb += int(line.split()[1])
+                    break
+        except OSError:
+            try:
+                total_kb += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_KB
+            except OSError:
+                pass
+    return total_kb / 1024
