@@ -1,20 +1,23 @@
 """The tweepy benchmark protocol: the same realistic traffic and the same pass/fail bar for every stage.
 
 A closed loop of Locust ``FastHttpUser``s, each thinking 0.5-1.5 s between tasks, logged in as a
-seeded user ``user<k>`` (k random in 1..TWEEPY_SEED_USERS, password ``tweepy123``). Forms are
-filled like a browser fills them: the CSRF token comes from the last page fetched (Flask-WTF
-tokens belong to the session, which keeps them across log in and log out, and live an hour),
-and a fresh page is fetched only where a browser would fetch one anyway: the login and
-register forms. Redirects are never followed, so one locust request is one server request;
+seeded user ``user<k>`` of its own (password ``tweepy123``): no two locust users of one process
+share an account, since logging out ends every session of the account. Forms are filled like a
+browser fills them: the CSRF token comes from the last page fetched, and a page is fetched where
+a browser would fetch one: the login and register forms, and the timeline a login or a
+registration redirects to (the app gives a new session a new token). Redirects are never
+followed by locust itself, so one locust request is one server request;
 each one's status is checked (200 for a page, 303 where the URL contract redirects) and
 anything else is a failure with a short, stable message (so the error table groups them).
 
 Requests made by each task, with the stats name in brackets where it differs from the path:
 
-    on start (once per user)   GET / -> 200 (the login form), POST / [/ [first login]] -> 303 to /tweets/
+    on start (once per user)   GET / -> 200 (the login form), POST / [/ [first login]] -> 303 to /tweets/,
+                               GET /tweets/ -> 200
     register          x1       POST /logout/ -> 303, GET /register/ -> 200,
-                               POST /register/ -> 303 (a brand-new user, who carries on)
-    log out + log in  x2       POST /logout/ -> 303, GET / -> 200, POST / -> 303 (the same user again)
+                               POST /register/ -> 303 (a brand-new user, who carries on), GET /tweets/ -> 200
+    log out + log in  x2       POST /logout/ -> 303, GET / -> 200, POST / -> 303 (the same user again),
+                               GET /tweets/ -> 200
     list tweets       x200     GET /tweets/ -> 200
     write a tweet     x20      POST /tweets/ -> 303
     list users        x5       GET /users/?page=<random page of the seeded users> [/users/?page=[n]] -> 200
@@ -22,7 +25,7 @@ Requests made by each task, with the stats name in brackets where it differs fro
     unfollow          x5       POST /users/<someone>/unfollow [/users/[name]/unfollow] -> 303
 
 The weights are the talk's, declared with the requests of each task in ``tools/protocol.py``:
-238 tasks send 244 requests, 3 of which hash a password with bcrypt. Logins are measured like
+238 tasks send 247 requests, 3 of which hash a password with bcrypt. Logins are measured like
 everything else (on start included); nothing is hidden from the stats.
 
 The bar: every request type with at least TWEEPY_BAR_MIN_REQUESTS requests (default 5; logins,
@@ -44,6 +47,7 @@ root (locust puts the working directory on ``sys.path``, which makes ``tools.pro
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import random
 import re
@@ -114,6 +118,20 @@ def explain(status: int, location: str | None = None, page: str = "", error: Bas
 # --- The protocol -----------------------------------------------------------------------------
 
 
+_accounts_handed_out = itertools.count()
+
+
+def next_seed_account(worker_index: int = 0) -> int:
+    """A seeded account no other locust user of this process has (they wrap around past SEED_USERS).
+
+    The worker processes of one run (``--processes``, or workers on other machines: set
+    LOCUST_PROCESSES to how many there are in all) each take every LOCUST_PROCESSES-th
+    account, starting at their own index, so they do not share accounts either.
+    """
+    processes = setting("LOCUST_PROCESSES")
+    return (next(_accounts_handed_out) * processes + worker_index % processes) % SEED_USERS + 1
+
+
 class Visitor(FastHttpUser):
     """Someone using tweepy in a browser, at the talk's mix of actions."""
 
@@ -123,7 +141,7 @@ class Visitor(FastHttpUser):
     def on_start(self) -> None:
         self.token: str | None = None  # the CSRF token of the last page fetched
         self.followed: set[str] = set()
-        self.seed_index: int | None = random.randint(1, SEED_USERS)
+        self.seed_index: int | None = next_seed_account(getattr(self.environment.runner, "worker_index", 0))
         self.name = f"user{self.seed_index}"
         self.password = SEED_PASSWORD
         # Named apart so the benchmark can tell when every user has logged in once.
@@ -171,8 +189,11 @@ class Visitor(FastHttpUser):
     # The steps of the tasks.
 
     def log_in(self, name: str | None = None) -> None:
-        if self._page("/"):
-            self._form("/", {"name": self.name, "password": self.password, "next": ""}, name=name, to="/tweets/")
+        if not self._page("/"):
+            return
+        fields = {"name": self.name, "password": self.password, "next": ""}
+        if self._form("/", fields, name=name, to="/tweets/") is not None:
+            self._page("/tweets/")  # where the browser lands, with the new session's token
 
     def log_out(self) -> bool:
         return self._form("/logout/", {}, to="/") is not None
@@ -199,6 +220,8 @@ class Visitor(FastHttpUser):
         self.followed.clear()
         if target != "/tweets/":  # the contract lets registering send people to the login form instead
             self.log_in()
+        else:
+            self._page("/tweets/")  # where the browser lands, with the new session's token
 
     @task(WEIGHTS["log_out_and_in"])
     def log_out_and_in(self) -> None:

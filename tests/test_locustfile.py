@@ -207,16 +207,31 @@ def test_token_read_from_the_real_pages_the_protocol_fetches(protocol, client, b
         assert protocol.csrf_token_of(page.get_data(as_text=True)) == csrf_token(page)
 
 
-def test_one_token_stays_valid_across_registering_logging_out_and_in(protocol, client):
-    """The protocol re-uses the last page's token after a log in or out; this makes that legitimate."""
+def test_the_page_a_login_or_registration_lands_on_carries_the_token_the_next_form_needs(protocol, client):
+    """The app gives a new session a new token; the protocol reads it from the timeline it lands on."""
     token = protocol.csrf_token_of(client.get("/register/").get_data(as_text=True))
     fields = {"name": "bob", "email": "bob@example.com", "password": "tweepy123", "confirm": "tweepy123"}
     assert client.post("/register/", data={**fields, "csrf_token": token}).status_code == 303
+    assert client.post("/tweets/", data={"tweet": "old token", "csrf_token": token}).status_code == 400
+    token = protocol.csrf_token_of(client.get("/tweets/").get_data(as_text=True))
     assert client.post("/tweets/", data={"tweet": "hello", "csrf_token": token}).status_code == 303
     assert client.post("/logout/", data={"csrf_token": token}).status_code == 303
-    login = {"name": "bob", "password": "tweepy123", "csrf_token": token}
-    assert client.post("/", data=login).status_code == 303
+    token = protocol.csrf_token_of(client.get("/").get_data(as_text=True))
+    assert client.post("/", data={"name": "bob", "password": "tweepy123", "csrf_token": token}).status_code == 303
+    token = protocol.csrf_token_of(client.get("/tweets/").get_data(as_text=True))
     assert client.post("/tweets/", data={"tweet": "again", "csrf_token": token}).status_code == 303
+
+
+def test_locust_users_of_one_process_get_accounts_of_their_own(protocol):
+    accounts = [protocol.next_seed_account() for _ in range(protocol.SEED_USERS)]
+    assert sorted(accounts) == list(range(1, protocol.SEED_USERS + 1))
+
+
+def test_worker_processes_take_different_accounts(protocol, monkeypatch):
+    monkeypatch.setenv("LOCUST_PROCESSES", "2")
+    first = {protocol.next_seed_account(0) for _ in range(100)}
+    second = {protocol.next_seed_account(1) for _ in range(100)}
+    assert not first & second
 
 
 # New users and the task mix

@@ -31,7 +31,7 @@ def mentions() -> dict[str, set[str]]:
 
 
 def test_every_tweepy_variable_the_project_mentions_is_declared_once():
-    declared = [f"TWEEPY_{s.name}" for _, _, group in settings.groups() for s in group]
+    declared = [settings.variable(s) for _, _, group in settings.groups() for s in group]
     assert len(declared) == len(set(declared)), "a setting is declared twice"
     undeclared = {name: sorted(paths) for name, paths in mentions().items() if name not in declared}
     assert undeclared == {}

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tweepy import config as app_config
+
 # tweepy/cli.py seeds every user with this password too (its own SEED_PASSWORD): keep them equal.
 SEED_PASSWORD = "tweepy123"
 NEW_USER_PASSWORD = SEED_PASSWORD
@@ -43,10 +45,10 @@ class Task:
     requests: tuple[str, ...]  # the stats keys it sends when every answer is right
 
 
-ON_START = ("GET /", FIRST_LOGIN_KEY)
+ON_START = ("GET /", FIRST_LOGIN_KEY, TIMELINE)
 TASKS: tuple[Task, ...] = (
-    Task("register", 1, ("POST /logout/", "GET /register/", REGISTER)),
-    Task("log_out_and_in", 2, ("POST /logout/", "GET /", LOG_IN)),
+    Task("register", 1, ("POST /logout/", "GET /register/", REGISTER, TIMELINE)),
+    Task("log_out_and_in", 2, ("POST /logout/", "GET /", LOG_IN, TIMELINE)),
     Task("list_tweets", 200, (TIMELINE,)),
     Task("write_tweet", 20, (WRITE,)),
     Task("list_users", 5, ("GET /users/?page=[n]",)),
@@ -56,7 +58,7 @@ TASKS: tuple[Task, ...] = (
 WEIGHTS = {t.name: t.weight for t in TASKS}
 REQUEST_TYPES = tuple(dict.fromkeys([*ON_START, *(r for t in TASKS for r in t.requests)]))
 TASKS_PER_CYCLE = sum(t.weight for t in TASKS)  # 238
-REQUESTS_PER_CYCLE = sum(t.weight * len(t.requests) for t in TASKS)  # 244
+REQUESTS_PER_CYCLE = sum(t.weight * len(t.requests) for t in TASKS)  # 247
 HASHES_PER_CYCLE = sum(t.weight * sum(r in HASHING for r in t.requests) for t in TASKS)  # 3
 
 
@@ -76,7 +78,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TWEEPY_SEED_USERS", 10_000, "Users the database was seeded with (user1..userN)", 2
     ),  # 2: someone to follow
-    Setting("TWEEPY_PAGE_SIZE", 50, "Users a page of /users/, as the app serves them (the app's own setting)", 1),
     # The bar.
     Setting("TWEEPY_BAR_P95_MS", 2000.0, "Every request type's p95, and the aggregate's, must stay below this", 1),
     Setting("TWEEPY_BAR_FAILURES", 0, "Failed requests allowed", 0),
@@ -100,6 +101,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCUST_PROCESSES", 1, "Load generator processes on this machine (locust --processes)", 1),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+# Read here too, but declared by the app: how many users a page of /users/ lists.
+_BY_NAME["TWEEPY_PAGE_SIZE"] = Setting("TWEEPY_PAGE_SIZE", app_config.BY_NAME["PAGE_SIZE"].default, "", 1)
 
 
 def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:

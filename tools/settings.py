@@ -23,8 +23,14 @@ START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 DECLARED_IN = (
     ("The app", "tweepy.config", "SETTINGS"),
     ("How a stage is served (the stage runner)", "tools.stages", "SERVING_SETTINGS"),
+    ("The benchmark and the load generator", "tools.protocol", "SETTINGS"),
     ("The tests", "tests.helpers.services", "SETTINGS"),
 )
+
+
+def variable(setting) -> str:
+    """The environment variable of a setting (the app's are declared without their TWEEPY_ prefix)."""
+    return setting.name if setting.name.startswith(("TWEEPY_", "LOCUST_")) else f"TWEEPY_{setting.name}"
 
 
 def groups() -> list[tuple[str, str, tuple]]:
@@ -36,7 +42,7 @@ def groups() -> list[tuple[str, str, tuple]]:
 
 
 def all_names() -> set[str]:
-    return {f"TWEEPY_{setting.name}" for _, _, settings in groups() for setting in settings}
+    return {variable(setting) for _, _, settings in groups() for setting in settings}
 
 
 def table() -> str:
@@ -52,7 +58,7 @@ def table() -> str:
         ]
         for setting in settings:
             default = f"`{setting.default}`" if setting.default != "" else "(see right)"
-            lines.append(f"| `TWEEPY_{setting.name}` | {default} | {setting.help} |")
+            lines.append(f"| `{variable(setting)}` | {default} | {setting.help} |")
     return "\n".join(lines).strip() + "\n"
 
 

@@ -12,7 +12,7 @@ _RAMP_LIMIT, _OVERLOAD, _OVERLOAD_MAX_USERS, _CEILING_USERS, the bar (TWEEPY_BAR
 _FAILURES, _MIN_REQUESTS) and LOCUST_PROCESSES; TWEEPY_BCRYPT_LOG_ROUNDS (default 12) is the app's.
 
 Before the stages, the bcrypt bound: how many hashes a second the machine can do at the
-configured cost, and what protocol QPS that alone allows (3 of every 244 requests hash a
+configured cost, and what protocol QPS that alone allows (3 of every 247 requests hash a
 password). For each stage (``measure.bench_stage``): a fresh copy of one seeded database, the
 stage started as ``make run`` would, the ceiling of its stack (the same load generator asking for
 ``/healthz`` as fast as it can; a lower bound when the generator or the machine was the limit),

@@ -121,7 +121,7 @@ def cpu_ms_per_hash(bound: Mapping) -> float:
 
 
 def protocol_qps_bound(hashes_per_s: float) -> float:
-    """The protocol's QPS if the machine did nothing but its hashes: 3 hashes every 244 requests."""
+    """The protocol's QPS if the machine did nothing but its hashes: 3 hashes every 247 requests."""
     return hashes_per_s * REQUESTS_PER_CYCLE / HASHES_PER_CYCLE
 
 
@@ -136,7 +136,7 @@ def projection(
     """The QPS of the same stage on ``cores`` cores, the load generator on another machine.
 
     The window's server CPU minus its counted hashes is the app's own cost a request; the protocol
-    adds 3 hashes every 244 requests back at the probe's cost. Cores beyond what the stage can run
+    adds 3 hashes every 247 requests back at the probe's cost. Cores beyond what the stage can run
     at once (``parallel``: 1 for the development server, its uWSGI processes otherwise) add nothing.
     Assumes CPU is the only limit and scales linearly: a projection, not a measurement."""
     hashing_ms = hashes * ms_per_hash / requests if requests else 0.0
