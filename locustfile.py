@@ -10,6 +10,7 @@ followed by locust itself, so one locust request is one server request;
 each one's status is checked (200 for a page, 303 where the URL contract redirects) and
 anything else is a failure with a short, stable message (so the error table groups them).
 
+A person whose login failed (a 503 from a busy site, say) logs in again before anything else.
 Requests made by each task, with the stats name in brackets where it differs from the path:
 
     on start (once per user)   GET / -> 200 (the login form), POST / [/ [first login]] -> 303 to /tweets/,
@@ -140,6 +141,7 @@ class Visitor(FastHttpUser):
 
     def on_start(self) -> None:
         self.token: str | None = None  # the CSRF token of the last page fetched
+        self.logged_in = False
         self.followed: set[str] = set()
         self.seed_index: int | None = next_seed_account(getattr(self.environment.runner, "worker_index", 0))
         self.name = f"user{self.seed_index}"
@@ -192,11 +194,22 @@ class Visitor(FastHttpUser):
         if not self._page("/"):
             return
         fields = {"name": self.name, "password": self.password, "next": ""}
-        if self._form("/", fields, name=name, to="/tweets/") is not None:
+        self.logged_in = self._form("/", fields, name=name, to="/tweets/") is not None
+        if self.logged_in:
             self._page("/tweets/")  # where the browser lands, with the new session's token
 
+    def logged_in_first(self) -> bool:
+        """Whether the person is logged in; one whose login failed (a busy site, say) tries again first."""
+        if not self.logged_in:
+            self.log_in()
+            return False
+        return True
+
     def log_out(self) -> bool:
-        return self._form("/logout/", {}, to="/") is not None
+        if self._form("/logout/", {}, to="/") is None:
+            return False
+        self.logged_in = False
+        return True
 
     def _someone_else(self) -> str:
         while True:
@@ -208,6 +221,8 @@ class Visitor(FastHttpUser):
 
     @task(WEIGHTS["register"])
     def register(self) -> None:
+        if not self.logged_in_first():
+            return
         if not self.log_out() or not self._page("/register/"):
             return
         name = new_user_name()
@@ -221,35 +236,48 @@ class Visitor(FastHttpUser):
         if target != "/tweets/":  # the contract lets registering send people to the login form instead
             self.log_in()
         else:
+            self.logged_in = True
             self._page("/tweets/")  # where the browser lands, with the new session's token
 
     @task(WEIGHTS["log_out_and_in"])
     def log_out_and_in(self) -> None:
+        if not self.logged_in_first():
+            return
         if self.log_out():
             self.log_in()
 
     @task(WEIGHTS["list_tweets"])
     def list_tweets(self) -> None:
+        if not self.logged_in_first():
+            return
         self._page("/tweets/")
 
     @task(WEIGHTS["write_tweet"])
     def write_tweet(self) -> None:
+        if not self.logged_in_first():
+            return
         words = random.choices(_WORDS, k=random.randint(3, 20))
         self._form("/tweets/", {"tweet": " ".join(words)}, to="/tweets/")
 
     @task(WEIGHTS["list_users"])
     def list_users(self) -> None:
+        if not self.logged_in_first():
+            return
         page = random.randint(1, math.ceil(SEED_USERS / PAGE_SIZE))
         self._page(f"/users/?page={page}", name="/users/?page=[n]")
 
     @task(WEIGHTS["follow"])
     def follow(self) -> None:
+        if not self.logged_in_first():
+            return
         other = self._someone_else()
         if self._form(f"/users/{other}/follow", {"next": "/users/"}, name="/users/[name]/follow") is not None:
             self.followed.add(other)
 
     @task(WEIGHTS["unfollow"])
     def unfollow(self) -> None:
+        if not self.logged_in_first():
+            return
         # Someone followed earlier in this session when there is one, so most unfollows delete a row.
         other = self.followed.pop() if self.followed else self._someone_else()
         self._form(f"/users/{other}/unfollow", {"next": "/users/"}, name="/users/[name]/unfollow")

@@ -11,7 +11,7 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_login import UserMixin, current_user, login_user, logout_user
 
 from . import queries, throttle, writes
-from .errors import Taken, TooMany
+from .errors import Busy, Taken, TooMany
 from .extensions import login_manager
 from .forms import LoginForm, RegisterForm
 from .navigation import go_back
@@ -50,8 +50,10 @@ def start_session(account: queries.Account) -> None:
 
 
 def refused_form(template: str, form, field, refusal: TooMany):
+    """The form again, saying why it was refused and when to try again (429, or 503 when busy)."""
     field.errors.append(str(refusal))
-    return render_template(template, form=form), 429, {"Retry-After": str(refusal.retry_after)}
+    status = 503 if isinstance(refusal, Busy) else 429
+    return render_template(template, form=form), status, {"Retry-After": str(refusal.retry_after)}
 
 
 @bp.route("/", methods=["GET", "POST"])
@@ -68,8 +70,11 @@ def login():
         return refused_form("login.html", form, form.password, refusal)
     found = queries.credentials_of(form.name.data)
     account, password_hash = found if found else (None, None)
-    with connection_given_back():
-        matches = password_matches(password_hash, form.password.data)
+    try:
+        with connection_given_back():
+            matches = password_matches(password_hash, form.password.data)
+    except Busy as busy:
+        return refused_form("login.html", form, form.password, busy)
     if not matches:
         writes.note_failed_login(form.name.data, address)
         form.password.errors.append("Wrong name or password.")
@@ -89,8 +94,11 @@ def register():
             throttle.check_registration(address)
         except TooMany as refusal:
             return refused_form("register.html", form, form.name, refusal)
-        with connection_given_back():
-            password_hash = hash_password(form.password.data)
+        try:
+            with connection_given_back():
+                password_hash = hash_password(form.password.data)
+        except Busy as busy:
+            return refused_form("register.html", form, form.password, busy)
         try:
             account = writes.register(form.name.data, form.email.data, password_hash, address)
         except Taken as taken:

@@ -30,7 +30,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SECRET_KEY", "", "Signs sessions and CSRF tokens (default: generated once, kept in the instance folder)"),
     # Passwords.
     Setting("BCRYPT_LOG_ROUNDS", 12, "bcrypt cost; the benchmark reports it next to every figure"),
-    Setting("BCRYPT_IN_THREADPOOL", False, "Hash in gevent's native thread pool so greenlets keep running"),
+    Setting("BCRYPT_IN_THREADPOOL", False, "Hash on native threads (gevent's pool) so greenlets keep running"),
+    Setting("HASHING_SLOTS", 1, "Passwords a process hashes at once (its native threads, with BCRYPT_IN_THREADPOOL)"),
+    Setting("HASH_WAIT_S", 1.5, "Longest a login waits for a hashing slot, from when nginx got it; then 503"),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
         "LOGIN_FAILURES_PER_ACCOUNT", 10, "Failed logins an account may have in the window before logins are refused"

@@ -31,6 +31,10 @@ class TooMany(Refused):
         self.retry_after = retry_after
 
 
+class Busy(TooMany):
+    """Too much to do right now (passwords waiting to be hashed); try again in ``retry_after`` seconds."""
+
+
 class Taken(Refused):
     """A name or email that belongs to someone else already."""
 

@@ -62,6 +62,7 @@ def csrf_failed(error: CSRFError):
 
 # What each kind of refusal is called in HTTP; the first that matches wins.
 STATUS_OF_REFUSAL: dict[type[errors.Refused], int] = {
+    errors.Busy: 503,
     errors.Invalid: 400,
     errors.NotAllowed: 403,
     errors.NotFound: 404,
