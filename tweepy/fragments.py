@@ -20,6 +20,8 @@ from collections.abc import Hashable
 
 import cachetools
 from flask import Flask, url_for
+from flask_login import current_user
+from flask_wtf.csrf import generate_csrf
 from markupsafe import Markup
 
 TEMPLATE = "_macros.html"
@@ -61,4 +63,18 @@ def init_app(app: Flask) -> None:
                 rendered[key] = html
         return html
 
+    def rendered_tweets(tweets, next_url: str) -> Markup:
+        """A page's tweets: one's own with a delete button (the page's token), the others as kept fragments."""
+        me = current_user.id if current_user.is_authenticated else None
+        items = []
+        for tweet in tweets:
+            if tweet.author_id == me:
+                if "item" not in macro:
+                    rendered_tweet(tweet)  # loads the macro
+                items.append(macro["item"](tweet, url_for("users.index"), {"csrf": generate_csrf(), "next": next_url}))
+            else:
+                items.append(rendered_tweet(tweet))
+        return Markup("".join(items))  # every item is Markup already: nothing to escape
+
     app.jinja_env.globals["rendered_tweet"] = rendered_tweet
+    app.jinja_env.globals["rendered_tweets"] = rendered_tweets
