@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # The best single-machine stage; on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test lint format bench clean
+.PHONY: help setup run stop test lint format bench profile locust clean
 .DEFAULT_GOAL := help
 
 help:
@@ -16,6 +16,8 @@ help:
 	@echo "make test            lint, then the whole test suite, browser and real servers included"
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
 	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1)"
+	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
+	@echo "make locust          locust's web UI against the stage make run serves"
 
 # One stamp per purpose: `make run` needs less than `make test`.
 define install
@@ -55,6 +57,9 @@ format: $(VENV)/.installed-test
 
 test: lint
 	@$(PY) -m pytest
+
+profile: $(VENV)/.installed-bench
+	@$(PY) -m tools.profile $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(SECONDS),--seconds $(SECONDS))
 
 bench: $(VENV)/.installed-bench
 	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick)

@@ -97,3 +97,8 @@ def test_a_registration_that_cannot_hash_in_time_stores_nothing(app):
     response = Browser(client).register("carol")
     assert response.status_code == 503
     assert Browser(app.test_client()).login("carol").status_code == 401
+
+
+def test_with_native_threads_the_hash_runs_off_the_thread_serving_requests():
+    queue = HashingQueue(slots=1, wait_s=1.0, native_threads=True)
+    assert queue.run(threading.get_native_id) != threading.get_native_id()

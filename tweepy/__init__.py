@@ -6,6 +6,7 @@ needs to know comes from ``config.py`` (environment) and ``overrides``.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Any
@@ -79,6 +80,7 @@ def register_worker_header(app: Flask) -> None:
 
 
 def log_settings(app: Flask) -> None:
-    """Record what is live, so every benchmark run says which settings it measured."""
+    """Record what is live, so every benchmark run says which settings it measured (in the server's log)."""
+    app.logger.setLevel(logging.INFO)
     shown = config.shown(app.config)
     app.logger.info("tweepy settings: %s", " ".join(f"{k}={v}" for k, v in shown.items()))

@@ -77,7 +77,8 @@ class HashingQueue:
             raise Busy(BUSY, retry_after=max(1, round(self.wait_s)))
         try:
             started = time.monotonic()
-            result = self.pool.apply(work, args) if self.pool else work(*args)
+            # `is not None`: an idle ThreadPool has no tasks, so it is falsy.
+            result = self.pool.apply(work, args) if self.pool is not None else work(*args)
             self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * (time.monotonic() - started)
             return result
         finally:

@@ -1,0 +1,206 @@
+"""``make profile STAGE=N``: where a stage's CPU goes under the protocol, as a flame graph and a table.
+
+    python -m tools.profile 6                          200 users for 60 s, the bench's data
+    python -m tools.profile 6 --users 300 --seconds 90
+
+The stage is started on a fresh copy of the bench's seeded database (sizes from
+TWEEPY_BENCH_USERS / _TWEETS / _FOLLOWS, as ``make bench``), locust runs the
+protocol against it, and once every user has logged in py-spy samples every
+uWSGI worker (or the development server) for the second half of the run.
+Written to ``results/profiles/<date>-stage<N>/``:
+
+- ``flame.svg``: py-spy's flame graph (open it in a browser; click to zoom);
+- ``top.txt``: the functions that took the CPU, as shares of the busy samples
+  outside bcrypt, and how many samples were hashing or idle;
+- ``summary.md``: the server's CPU a request over the profiled window, with
+  bcrypt apart (the hashes the window really did, at the probe's cost a
+  hash), and the locust figures of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tools import stages
+from tools.bench import measure
+from tools.bench.plan import make_plan
+from tools.bench.procfs import cpu_seconds, process_tree
+from tools.protocol import FIRST_LOGIN_KEY, LOG_IN, REGISTER
+
+RESULTS = stages.ROOT / "results" / "profiles"
+IDLE = ("Hub.run", "Hub.wait", "_wait", "wait (", "select (", "poll (", "epoll")
+
+
+def busy_functions(collapsed_lines) -> tuple[Counter, Counter, dict]:
+    """Inclusive and self samples per function, busy and outside bcrypt, from py-spy's collapsed stacks."""
+    inclusive, own, counts = Counter(), Counter(), {"busy": 0, "hashing": 0, "idle": 0}
+    for line in collapsed_lines:
+        line = line.rstrip()
+        if not line or " " not in line:
+            continue
+        stack, samples = line.rsplit(" ", 1)
+        frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
+        if not frames or frames[-1].startswith(IDLE):
+            counts["idle"] += int(samples)
+        elif any("bcrypt" in frame.lower() for frame in frames):
+            counts["hashing"] += int(samples)
+        else:
+            counts["busy"] += int(samples)
+            own[frames[-1]] += int(samples)
+            for frame in set(frames):
+                inclusive[frame] += int(samples)
+    return inclusive, own, counts
+
+
+def top_table(inclusive: Counter, own: Counter, counts: dict, rows: int = 40) -> str:
+    busy = max(counts["busy"], 1)
+    lines = [
+        f"samples: {counts['busy']} busy outside bcrypt, {counts['hashing']} hashing, {counts['idle']} idle",
+        "",
+        "inclusive share of the busy samples outside bcrypt:",
+    ]
+    lines += [f"{100 * n / busy:5.1f}%  {name}" for name, n in inclusive.most_common(rows)]
+    lines += ["", "self share:"]
+    lines += [f"{100 * n / busy:5.1f}%  {name}" for name, n in own.most_common(rows // 2)]
+    return "\n".join(lines) + "\n"
+
+
+def locust_figures(csv_prefix: Path) -> dict:
+    """Requests, failures and successful hashing requests, by type, from locust's CSV."""
+    with open(f"{csv_prefix}_stats.csv", newline="") as file:
+        rows = {f"{r['Type']} {r['Name']}".strip(): r for r in csv.DictReader(file)}
+    total = rows.pop("Aggregated")
+    hashes = sum(
+        int(rows[key]["Request Count"]) - int(rows[key]["Failure Count"])
+        for key in (LOG_IN, REGISTER, FIRST_LOGIN_KEY)
+        if key in rows
+    )
+    p95 = {key: row["95%"] for key, row in rows.items()}
+    return {
+        "requests": int(total["Request Count"]),
+        "failures": int(total["Failure Count"]),
+        "rps": float(total["Requests/s"]),
+        "p95_ms": {"all": total["95%"], **p95},
+        "hashes": hashes,
+    }
+
+
+def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
+    plan = make_plan([stage_number], quick=False, environ=os.environ)
+    stage = stages.get_stage(stage_number)
+    out.mkdir(parents=True, exist_ok=True)
+    measure.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
+    bound = measure.bcrypt_bound(plan.bcrypt_cost, 2)
+    master = measure.seeded_master(plan)
+    database = measure.fresh_copy(master, measure.WORK / "profile.sqlite3")
+    env = {
+        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
+        "TWEEPY_INSTANCE_PATH": str(measure.WORK / "instance"),
+        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
+        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
+    }
+    rate = max(1.0, round(0.5 * bound["hashes_per_s"], 1))
+    ramp = users / rate
+    with stages.start(stage, port=stages.free_port(), var=out / "var", env=env) as running:
+        roots = [process.pid for _, process in running.children]
+        command = [
+            str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),
+            "-u", str(users), "-r", str(rate), "--run-time", f"{int(ramp + seconds)}s",
+            "--csv", str(out / "locust"), "--only-summary", "--loglevel", "WARNING",
+        ]  # fmt: skip
+        locust_env = {**os.environ, "TWEEPY_SEED_USERS": str(plan.users)}
+        measure.say(f"stage {stage_number}: {users} users, ramp {ramp:.0f} s at {rate}/s, then {seconds:g} s")
+        with open(out / "locust.log", "wb") as log:
+            locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
+            time.sleep(ramp + seconds / 2)
+            cpu_before = cpu_seconds(process_tree(roots))
+            sampled = time.monotonic()
+            target = roots[-1]  # uWSGI's master (its workers are its children), or run.py
+            record = [str(stages.BIN / "py-spy"), "record", "--pid", str(target), "--subprocesses", "--nonblocking"]
+            record += ["--rate", "100", "--duration", str(int(seconds / 2) - 2)]
+            subprocess.run([*record, "--format", "raw", "-o", str(out / "profile.raw")], capture_output=True)
+            cpu_window = cpu_seconds(process_tree(roots)) - cpu_before
+            window_s = time.monotonic() - sampled
+            locust.wait(timeout=seconds + 60)
+        # A short second recording, for the picture (py-spy writes one format a run).
+        subprocess.run([*record[:-2], "--duration", "5", "-o", str(out / "flame.svg")], capture_output=True)
+    figures = locust_figures(out / "locust")
+    run_s = ramp + seconds
+    per_request_ms = 1000 * cpu_window / max(figures["rps"] * window_s, 1)
+    hash_ms = bound["cpu_ms_per_hash"]
+    hashes_per_request = figures["hashes"] / max(figures["requests"], 1)
+    result = {
+        "stage": stage_number,
+        "users": users,
+        "seconds": run_s,
+        "bcrypt_cost": plan.bcrypt_cost,
+        "data": {"users": plan.users, "tweets": plan.tweets, "follows": plan.follows},
+        "server_cpu_ms_per_request": round(per_request_ms, 2),
+        "bcrypt_ms_per_request": round(hashes_per_request * hash_ms, 2),
+        "non_bcrypt_cpu_ms_per_request": round(per_request_ms - hashes_per_request * hash_ms, 2),
+        "cpu_ms_per_hash": hash_ms,
+        **figures,
+    }
+    with open(out / "profile.raw") as raw:
+        inclusive, own, counts = busy_functions(raw)
+    (out / "top.txt").write_text(top_table(inclusive, own, counts))
+    (out / "summary.json").write_text(json.dumps(result, indent=1))
+    (out / "summary.md").write_text(summary(result, stage, top_table(inclusive, own, counts, rows=25)))
+    return result
+
+
+def summary(result: dict, stage: stages.Stage, top: str) -> str:
+    m = measure.machine()
+    data = result["data"]
+    return "\n".join(
+        [
+            f"# Profile of stage {result['stage']} ({stage.name})",
+            "",
+            f"{m['cores']} cores ({m['cpu']}); locust on the same machine; {result['users']} users for "
+            f"{result['seconds']:.0f} s; bcrypt cost {result['bcrypt_cost']}; {data['users']:,} users and "
+            f"{data['tweets']:,} tweets seeded; commit {measure.git_commit()}.",
+            "",
+            f"- {result['rps']} requests/s over the run, {result['failures']} failed of {result['requests']}.",
+            f"- Server CPU (nginx and every uWSGI process, or run.py) while profiled: "
+            f"**{result['server_cpu_ms_per_request']} ms a request**, of which bcrypt "
+            f"{result['bcrypt_ms_per_request']} ms ({result['hashes']} hashes at {result['cpu_ms_per_hash']} ms) "
+            f"and everything else **{result['non_bcrypt_cpu_ms_per_request']} ms**.",
+            f"- p95 ms: {json.dumps(result['p95_ms'])}",
+            "",
+            "![flame graph](flame.svg)",
+            "",
+            "```",
+            top.rstrip(),
+            "```",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.profile", description=__doc__.split("\n")[0])
+    parser.add_argument("stage", type=int)
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--out", type=Path, help="default: results/profiles/<date>-stage<N>/")
+    args = parser.parse_args(argv)
+    out = args.out or RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-stage{args.stage}"
+    result = profile(args.stage, args.users, args.seconds, out)
+    measure.say(
+        f"stage {args.stage}: {result['server_cpu_ms_per_request']} ms of server CPU a request, "
+        f"{result['non_bcrypt_cpu_ms_per_request']} ms outside bcrypt; {out}/summary.md"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
