@@ -74,6 +74,32 @@ def top_table(inclusive: Counter, own: Counter, counts: dict, rows: int = 40) ->
     return "\n".join(lines) + "\n"
 
 
+def counts_at(history: Path, when: float) -> dict[str, tuple[int, int]]:
+    """Requests and failures so far, by type, at the last history row at or before ``when`` (epoch seconds)."""
+    found: dict[str, tuple[int, int]] = {}
+    with open(history, newline="") as file:
+        for row in csv.DictReader(file):
+            if int(row["Timestamp"]) > when:
+                break
+            key = f"{row['Type']} {row['Name']}".strip()
+            found[key] = (int(row["Total Request Count"]), int(row["Total Failure Count"]))
+    return found
+
+
+def window_counts(history: Path, start: float, end: float) -> dict:
+    """Requests, failures and successful hashing requests between two moments of the run."""
+    before, after = counts_at(history, start), counts_at(history, end)
+
+    def done(key: str) -> tuple[int, int]:
+        requests, failures = after.get(key, (0, 0))
+        earlier_requests, earlier_failures = before.get(key, (0, 0))
+        return requests - earlier_requests, failures - earlier_failures
+
+    hashes = sum(done(key)[0] - done(key)[1] for key in (LOG_IN, REGISTER, FIRST_LOGIN_KEY))
+    requests, failures = done("Aggregated")
+    return {"requests": requests, "failures": failures, "hashes": hashes}
+
+
 def locust_figures(csv_prefix: Path) -> dict:
     """Requests, failures and successful hashing requests, by type, from locust's CSV."""
     with open(f"{csv_prefix}_stats.csv", newline="") as file:
@@ -115,7 +141,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),
             "-u", str(users), "-r", str(rate), "--run-time", f"{int(ramp + seconds)}s",
-            "--csv", str(out / "locust"), "--only-summary", "--loglevel", "WARNING",
+            "--csv", str(out / "locust"), "--csv-full-history", "--only-summary", "--loglevel", "WARNING",
         ]  # fmt: skip
         locust_env = {**os.environ, "TWEEPY_SEED_USERS": str(plan.users)}
         measure.say(f"stage {stage_number}: {users} users, ramp {ramp:.0f} s at {rate}/s, then {seconds:g} s")
@@ -123,21 +149,23 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
             locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(ramp + seconds / 2)
             cpu_before = cpu_seconds(process_tree(roots))
-            sampled = time.monotonic()
+            sampled, sampled_at = time.monotonic(), time.time()
             target = roots[-1]  # uWSGI's master (its workers are its children), or run.py
             record = [str(stages.BIN / "py-spy"), "record", "--pid", str(target), "--subprocesses", "--nonblocking"]
             record += ["--rate", "100", "--duration", str(int(seconds / 2) - 2)]
             subprocess.run([*record, "--format", "raw", "-o", str(out / "profile.raw")], capture_output=True)
             cpu_window = cpu_seconds(process_tree(roots)) - cpu_before
-            window_s = time.monotonic() - sampled
+            window_s, window_end = time.monotonic() - sampled, time.time()
             locust.wait(timeout=seconds + 60)
         # A short second recording, for the picture (py-spy writes one format a run).
         subprocess.run([*record[:-2], "--duration", "5", "-o", str(out / "flame.svg")], capture_output=True)
     figures = locust_figures(out / "locust")
+    # locust writes its history once a second: the window is whole seconds inside the sampled time.
+    window = window_counts(out / "locust_stats_history.csv", sampled_at + 1, window_end - 1)
     run_s = ramp + seconds
-    per_request_ms = 1000 * cpu_window / max(figures["rps"] * window_s, 1)
+    per_request_ms = 1000 * cpu_window * (window_s - 2) / window_s / max(window["requests"], 1)
     hash_ms = bound["cpu_ms_per_hash"]
-    hashes_per_request = figures["hashes"] / max(figures["requests"], 1)
+    hashes_per_request = window["hashes"] / max(window["requests"], 1)
     result = {
         "stage": stage_number,
         "users": users,
@@ -148,6 +176,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
         "bcrypt_ms_per_request": round(hashes_per_request * hash_ms, 2),
         "non_bcrypt_cpu_ms_per_request": round(per_request_ms - hashes_per_request * hash_ms, 2),
         "cpu_ms_per_hash": hash_ms,
+        "window": {"seconds": round(window_s, 1), **window},
         **figures,
     }
     with open(out / "profile.raw") as raw:
@@ -169,11 +198,12 @@ def summary(result: dict, stage: stages.Stage, top: str) -> str:
             f"{result['seconds']:.0f} s; bcrypt cost {result['bcrypt_cost']}; {data['users']:,} users and "
             f"{data['tweets']:,} tweets seeded; commit {measure.git_commit()}.",
             "",
-            f"- {result['rps']} requests/s over the run, {result['failures']} failed of {result['requests']}.",
-            f"- Server CPU (nginx and every uWSGI process, or run.py) while profiled: "
+            f"- {result['rps']:.1f} requests/s over the run, {result['failures']} failed of {result['requests']}.",
+            f"- Server CPU (nginx and every uWSGI process, or run.py) while profiled "
+            f"({result['window']['requests']} requests in {result['window']['seconds']:g} s): "
             f"**{result['server_cpu_ms_per_request']} ms a request**, of which bcrypt "
-            f"{result['bcrypt_ms_per_request']} ms ({result['hashes']} hashes at {result['cpu_ms_per_hash']} ms) "
-            f"and everything else **{result['non_bcrypt_cpu_ms_per_request']} ms**.",
+            f"{result['bcrypt_ms_per_request']} ms ({result['window']['hashes']} hashes at "
+            f"{result['cpu_ms_per_hash']} ms) and everything else **{result['non_bcrypt_cpu_ms_per_request']} ms**.",
             f"- p95 ms: {json.dumps(result['p95_ms'])}",
             "",
             "![flame graph](flame.svg)",

@@ -63,13 +63,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DB_POOL_TIMEOUT", 10, "Seconds a request waits for a pooled connection"),
     # Memoized reads.
     Setting("CACHE", "none", "Read cache: 'none' or 'local' (in-process, cross-process invalidation)"),
-    Setting("CACHE_BYTES", 64 * 1024 * 1024, "Bytes of cached reads kept per process"),
+    Setting("CACHE_BYTES", 256 * 1024 * 1024, "Bytes of cached reads kept per process (an author's page: ~20 KB)"),
     Setting("CACHE_TTL", 300, "Seconds an entry may live even with no invalidation (a safety net)"),
     Setting("CACHE_SYNC_INTERVAL", 1.0, "Seconds between checks of other processes' writes: the staleness bound"),
     Setting("TIMELINE_FROM_CACHED_PAGES", False, "Merge a timeline's first page from each author's cached page"),
     # Rendered tweets.
     Setting("FRAGMENT_CACHE", False, "Keep each tweet's rendered HTML per process (keyed by row and template)"),
-    Setting("FRAGMENT_CACHE_BYTES", 32 * 1024 * 1024, "Bytes of rendered HTML kept per process"),
+    Setting("FRAGMENT_CACHE_BYTES", 64 * 1024 * 1024, "Bytes of rendered HTML kept per process"),
 )
 
 _BOOLEAN_WORDS = {

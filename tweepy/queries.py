@@ -106,6 +106,12 @@ def email_taken(email: str) -> bool:
     return db.session.scalar(select(User.id).where(User.email == email.lower())) is not None
 
 
+def follows(follower_id: int, followed_id: int) -> bool:
+    """Whether one follows the other now (for a write deciding what to do; never cached)."""
+    row = select(Follow.follower_id).where(Follow.follower_id == follower_id, Follow.followed_id == followed_id)
+    return db.session.scalar(row) is not None
+
+
 @memoized("following")
 def following_of(user_id: int) -> frozenset[int]:
     return frozenset(db.session.scalars(select(Follow.followed_id).where(Follow.follower_id == user_id)))

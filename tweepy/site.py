@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template, request, url_for
+from flask import Blueprint, current_app, render_template, request, url_for
 from flask_wtf.csrf import CSRFError, generate_csrf
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -15,14 +15,35 @@ from .extensions import db
 bp = Blueprint("site", __name__)
 
 
+# The pages every page links to, by endpoint: worked out once per mount point, not once a page.
+LINKED = {
+    "timeline": ("tweets.timeline", {}),
+    "post": ("tweets.post", {}),
+    "users": ("users.index", {}),
+    "login": ("auth.login", {}),
+    "logout": ("auth.logout", {}),
+    "register": ("auth.register", {}),
+    "stylesheet": ("static", {"filename": "style.css"}),
+}
+
+
+def links() -> dict[str, str]:
+    known = current_app.extensions.setdefault("tweepy_links", {})
+    if request.script_root not in known:
+        known[request.script_root] = {name: url_for(endpoint, **values) for name, (endpoint, values) in LINKED.items()}
+    return known[request.script_root]
+
+
 @bp.app_context_processor
 def page_helpers() -> dict:
+    known = links()
     return {
         # Where the buttons of this page (follow, delete) send people back to.
         "here": request.full_path.rstrip("?"),
         # Worked out once a page, not once a button: a page can hold fifty.
         "csrf": generate_csrf(),
-        "profiles": url_for("users.index"),
+        "links": known,
+        "profiles": known["users"],
     }
 
 

@@ -75,12 +75,11 @@ def end_sessions(user_id: int) -> None:
 
 
 def post_tweet(author_id: int, text: str) -> int:
+    # A Core insert: the unit of work has nothing to track for a row nobody reads back as an object.
     with transaction():
-        tweet = Tweet(author_id=author_id, text=text)
-        db.session.add(tweet)
-        db.session.flush()
+        tweet_id = db.session.scalar(insert(Tweet).values(author_id=author_id, text=text).returning(Tweet.id))
         forget(queries.newest_tweets_by.key(author_id))
-    return tweet.id
+    return tweet_id
 
 
 def delete_tweet(user_id: int, tweet_id: int) -> None:
@@ -99,9 +98,8 @@ def follow(follower_id: int, followed_id: int) -> None:
         raise Invalid("You cannot follow yourself.")
     try:
         with transaction():
-            if db.session.get(Follow, (follower_id, followed_id)) is None:
-                db.session.add(Follow(follower_id=follower_id, followed_id=followed_id))
-                db.session.flush()
+            if not queries.follows(follower_id, followed_id):
+                db.session.execute(insert(Follow).values(follower_id=follower_id, followed_id=followed_id))
                 forget(queries.following_of.key(follower_id))
     except IntegrityError:
         pass  # a concurrent request of the same user followed first: the end state is the same
