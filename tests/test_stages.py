@@ -5,17 +5,20 @@ acknowledged tweet stored exactly once, and read-your-writes across processes.""
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 
 import pytest
 import requests
 from helpers.http import Visitor, logged_in, worker_of
+from helpers.postgres import fresh_database
+from sqlalchemy import create_engine, func, select
 
 from tools import stages
+from tweepy.models import Tweet
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +30,21 @@ SYNC_INTERVAL = 2.0
 
 @pytest.fixture(scope="module", params=STAGE_NUMBERS, ids=lambda n: f"stage{n}")
 def served(request, tmp_path_factory):
-    """A stage on a free port, on its own seeded database and var folder."""
+    """A stage on a free port, on its own seeded database (a fresh PostgreSQL one for a stage on PostgreSQL)."""
     stage = stages.get_stage(request.param)
     folder = tmp_path_factory.mktemp(f"stage{stage.number}")
-    database = folder / "tweepy.sqlite3"
+    with ExitStack() as cleanup:
+        if stage.app_setting("DATABASE_URL").startswith("postgresql"):
+            database = cleanup.enter_context(fresh_database("stage"))
+        else:
+            database = f"sqlite:///{folder / 'tweepy.sqlite3'}"
+        yield cleanup.enter_context(start_for_tests(stage, folder, database))
+
+
+@contextmanager
+def start_for_tests(stage, folder, database: str):
     env = {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
+        "TWEEPY_DATABASE_URL": database,
         "TWEEPY_INSTANCE_PATH": str(folder / "instance"),
         # Only to keep the suite quick; the cost itself is a setting like any other.
         "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
@@ -44,6 +56,8 @@ def served(request, tmp_path_factory):
     with stages.start(stage, port=stages.free_port(), var=folder / "var", env=env, seed=seed) as running:
         running.database = database
         yield running
+        if hasattr(running, "engine"):
+            running.engine.dispose()
 
 
 def is_cached(running) -> bool:
@@ -51,14 +65,16 @@ def is_cached(running) -> bool:
 
 
 def workers(running) -> int:
-    return running.stage.processes if running.stage.server == "uwsgi" else 1
+    return running.stage.nodes * running.stage.processes if running.stage.server == "uwsgi" else 1
 
 
 def stored_tweets(running, texts) -> dict[str, int]:
-    with sqlite3.connect(running.database) as db:
-        marks = ",".join("?" * len(texts))
-        rows = db.execute(f"SELECT text, count(*) FROM tweets WHERE text IN ({marks}) GROUP BY text", list(texts))
-        return dict(rows.fetchall())
+    """How many times each text is stored, read straight from the stage's database."""
+    if not hasattr(running, "engine"):
+        running.engine = create_engine(running.database)
+    query = select(Tweet.text, func.count()).where(Tweet.text.in_(list(texts))).group_by(Tweet.text)
+    with running.engine.connect() as connection:
+        return {text: n for text, n in connection.execute(query)}
 
 
 # --- the contract, over real HTTP -------------------------------------------------

@@ -34,6 +34,7 @@ VAR = ROOT / "var"
 BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
+from tools import postgres  # noqa: E402
 from tweepy.config import SETTINGS, Setting  # noqa: E402
 
 # How a stage is served: read here, never by the app.
@@ -42,6 +43,7 @@ SERVING_SETTINGS: tuple[Setting, ...] = (
     Setting("PROCESSES", "4", "uWSGI worker processes; 'auto' means one per core (nproc)"),
     Setting("GEVENT", 0, "gevent greenlets per uWSGI process; 0 means plain synchronous workers"),
     Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
+    Setting("NODES", 1, "uWSGI instances behind nginx, each standing in for an app host with its own processes"),
     Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0002: all but the timeline indexes)"),
     Setting("HOST", "127.0.0.1", "Address the development server (run.py) listens on"),
     Setting("PORT", 5000, "Port of the development server (run.py); the runner picks one per stage"),
@@ -100,6 +102,14 @@ class Stage:
         own = self.folder / name
         return own if own.exists() else ROOT / name
 
+    @property
+    def nodes(self) -> int:
+        return int(self.get("NODES"))
+
+    def node_folders(self, var: Path) -> list[Path]:
+        """Where each app node keeps its socket, pid and log: ``var`` itself when there is one."""
+        return [var] if self.nodes == 1 else [var / f"node{n}" for n in range(1, self.nodes + 1)]
+
     def uwsgi_options(self, var: Path) -> list[str]:
         """What the stage's settings change in uWSGI, as command-line options after ``--ini uwsgi.ini``."""
         options = [
@@ -147,8 +157,11 @@ def get_stage(number: int) -> Stage:
 
 def stage_env(stage: Stage, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the stage's processes: its app settings, and where run.py listens."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TWEEPY_") or k in PASSED_THROUGH}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWEEPY_")}
     env.update(stage.app_settings)
+    # The caller's own database, secret and cost win over the stage's defaults (a stage on
+    # PostgreSQL names a local server; a deployment points elsewhere).
+    env.update({k: v for k, v in os.environ.items() if k in PASSED_THROUGH})
     env.update(TWEEPY_HOST="127.0.0.1", TWEEPY_PORT=str(port), PYTHONUNBUFFERED="1")
     env.update(extra or {})
     return env
@@ -156,6 +169,10 @@ def stage_env(stage: Stage, port: int, extra: dict[str, str] | None = None) -> d
 
 def prepare_database(stage: Stage, env: dict[str, str], seed: list[str] | None = None) -> None:
     """Bring the schema to the stage's revision, and seed the database if it is empty."""
+    url = env.get("TWEEPY_DATABASE_URL", "")
+    if url.startswith("postgresql"):
+        postgres.ensure_database(url)
+        postgres.check_connection_budget(url, stage.nodes * stage.processes, pool_of(stage, env))
     flask = [str(BIN / "flask"), "--app", "tweepy"]
     subprocess.run([*flask, "schema", stage.get("SCHEMA_REVISION")], env=env, cwd=ROOT, check=True)
     if seed is not None:
@@ -173,6 +190,13 @@ def schema_head() -> str:
     return ScriptDirectory(str(ROOT / "migrations")).get_current_head()
 
 
+def pool_of(stage: Stage, env: dict[str, str]) -> int:
+    """Database connections one process of the stage may hold: its pool and its overflow."""
+    size = env.get("TWEEPY_DB_POOL_SIZE") or stage.app_setting("DB_POOL_SIZE")
+    overflow = env.get("TWEEPY_DB_POOL_OVERFLOW") or stage.app_setting("DB_POOL_OVERFLOW")
+    return int(size) + int(overflow)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (the OS picks it; another process could still take it first)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -188,6 +212,7 @@ def nginx_binary() -> str:
 
 
 def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
+    """nginx.conf with this run's paths and port, load-balancing over the stage's app nodes."""
     prefix = var / "nginx"
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (prefix / "tmp" / sub).mkdir(parents=True, exist_ok=True)
@@ -198,7 +223,7 @@ def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
         "ROOT": str(ROOT),
         "PORT": str(port),
         "NGINX_ETC": "/etc/nginx",
-        "UWSGI_SOCKET": str(var / "uwsgi.sock"),
+        "UPSTREAM_SERVERS": "\n        ".join(f"server unix:{n / 'uwsgi.sock'};" for n in stage.node_folders(var)),
     }
     text = stage.config_file("nginx.conf").read_text()
     for name, value in values.items():
@@ -293,8 +318,11 @@ def start(
             conf = write_nginx_conf(stage, var, port)
             nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
             children.append(("nginx", _spawn("nginx", nginx, full_env, var)))
-            uwsgi = [str(BIN / "uwsgi"), "--ini", str(ROOT / "uwsgi.ini"), *stage.uwsgi_options(var)]
-            children.append(("uwsgi", _spawn("uwsgi", uwsgi, full_env, var)))
+            for node in stage.node_folders(var):
+                node.mkdir(parents=True, exist_ok=True)
+                name = "uwsgi" if node == var else f"uwsgi-{node.name}"
+                uwsgi = [str(BIN / "uwsgi"), "--ini", str(ROOT / "uwsgi.ini"), *stage.uwsgi_options(node)]
+                children.append((name, _spawn(name, uwsgi, full_env, var)))
         else:
             raise SystemExit(f"stage {stage.number}: unknown TWEEPY_SERVER={stage.server!r}")
         wait_healthy(url, children, var)

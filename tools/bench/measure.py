@@ -17,7 +17,7 @@ from pathlib import Path
 
 import bcrypt
 
-from tools import stages
+from tools import postgres, stages
 from tools.bench.figures import protocol_qps_bound
 from tools.bench.plan import Plan, locust_command, search_time_limit, shape_environment, spawn_rate
 from tools.bench.procfs import cpu_seconds, process_tree
@@ -273,9 +273,15 @@ def progress_line(number: int, out: Path) -> str | None:
 def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -> dict:
     stage = stages.get_stage(number)
     say(f"stage {number} ({stage.name}): fresh database, starting the servers")
-    database = fresh_copy(master, WORK / "bench.sqlite3")
+    seed = None
+    if stage.app_setting("DATABASE_URL").startswith("postgresql"):
+        # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
+        database_url = postgres.recreate_database(stage.app_setting("DATABASE_URL"), "tweepy_bench")
+        seed = ["--users", str(plan.users), "--tweets", str(plan.tweets), "--follows", str(plan.follows)]
+    else:
+        database_url = f"sqlite:///{fresh_copy(master, WORK / 'bench.sqlite3')}"
     env = {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
+        "TWEEPY_DATABASE_URL": database_url,
         "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
         "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
         # The load generator plays thousands of people from one address: counted, never refused by address.
@@ -283,7 +289,7 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
     }
     var = WORK / f"stage{number}"
     shutil.rmtree(var, ignore_errors=True)
-    with stages.start(stage, port=stages.free_port(), var=var, env=env) as running:
+    with stages.start(stage, port=stages.free_port(), var=var, env=env, seed=seed) as running:
         ceiling = measure_ceiling(plan, running, raw)
         bound_text = f" (a lower bound: {ceiling['why']})" if ceiling["lower_bound"] else ""
         say(
