@@ -22,7 +22,7 @@ def test_nginx_spreads_requests_over_one_server_a_node(tmp_path):
     stage = stages.get_stage(7)
     conf = stages.write_nginx_conf(stage, tmp_path, 8080).read_text()
     for node in stage.node_folders(tmp_path):
-        assert f"server unix:{node / 'uwsgi.sock'};" in conf
+        assert f"server unix:{node / 'uwsgi.sock'} max_fails=3 fail_timeout=2s;" in conf
     assert stage.nodes == 2
     single = stages.write_nginx_conf(stages.get_stage(6), tmp_path / "six", 8080).read_text()
     assert single.count("server unix:") == 1

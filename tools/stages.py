@@ -223,7 +223,9 @@ def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
         "ROOT": str(ROOT),
         "PORT": str(port),
         "NGINX_ETC": "/etc/nginx",
-        "UPSTREAM_SERVERS": "\n        ".join(f"server unix:{n / 'uwsgi.sock'};" for n in stage.node_folders(var)),
+        "UPSTREAM_SERVERS": "\n        ".join(
+            f"server unix:{n / 'uwsgi.sock'} max_fails=3 fail_timeout=2s;" for n in stage.node_folders(var)
+        ),
     }
     text = stage.config_file("nginx.conf").read_text()
     for name, value in values.items():
@@ -279,6 +281,18 @@ def _spawn(name: str, command: list[str], env: dict[str, str], var: Path) -> sub
     return process
 
 
+def wait_for_sockets(sockets: list[Path], children, var: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(socket_path.exists() for socket_path in sockets):
+        for name, process in children:
+            if process.poll() is not None:
+                tail = (var / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with {process.returncode} while starting:\n{tail}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{', '.join(map(str, sockets))} did not appear within {timeout:.0f}s (logs in {var})")
+        time.sleep(0.05)
+
+
 def wait_healthy(url: str, children, var: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -315,14 +329,18 @@ def start(
         if stage.server == "dev":
             children.append(("dev", _spawn("dev", [sys.executable, "run.py"], full_env, var)))
         elif stage.server == "uwsgi":
-            conf = write_nginx_conf(stage, var, port)
-            nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
-            children.append(("nginx", _spawn("nginx", nginx, full_env, var)))
+            app_servers = []
             for node in stage.node_folders(var):
                 node.mkdir(parents=True, exist_ok=True)
                 name = "uwsgi" if node == var else f"uwsgi-{node.name}"
                 uwsgi = [str(BIN / "uwsgi"), "--ini", str(ROOT / "uwsgi.ini"), *stage.uwsgi_options(node)]
-                children.append((name, _spawn(name, uwsgi, full_env, var)))
+                app_servers.append((name, _spawn(name, uwsgi, full_env, var)))
+            # The front comes up once every node listens: nginx counts a refused connection
+            # against a node and would leave it out for a while.
+            wait_for_sockets([node / "uwsgi.sock" for node in stage.node_folders(var)], app_servers, var)
+            conf = write_nginx_conf(stage, var, port)
+            nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
+            children += [("nginx", _spawn("nginx", nginx, full_env, var)), *app_servers]
         else:
             raise SystemExit(f"stage {stage.number}: unknown TWEEPY_SERVER={stage.server!r}")
         wait_healthy(url, children, var)
