@@ -48,6 +48,15 @@ from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, sett
 # --- the search --------------------------------------------------------------------------------
 
 
+def tiers_from(text: str) -> dict[str, list[int]]:
+    """'nginx=12 app=34,56' as {"nginx": [12], "app": [34, 56]}: each tier's processes, trees included."""
+    tiers = {}
+    for part in text.split():
+        name, _, pids = part.partition("=")
+        tiers[name] = list(numbers(pids))
+    return tiers
+
+
 class SteppedCapacity(LoadTestShape):
     """Step up users until the bar is missed, judging each step's ramp and window; then one overload step."""
 
@@ -63,6 +72,7 @@ class SteppedCapacity(LoadTestShape):
         self.bar = bar_from_env()
         self.out = Path(setting("TWEEPY_BENCH_OUT"))
         self.server_roots = list(numbers(setting("TWEEPY_BENCH_SERVER_PIDS")))
+        self.tiers = tiers_from(setting("TWEEPY_BENCH_TIERS"))
         self.cores = os.cpu_count() or 1
         self.state = "searching"  # then "overload", then "done"
         self.ended = ""
@@ -152,6 +162,7 @@ class SteppedCapacity(LoadTestShape):
             "time": now,
             "server_cpu": cpu_seconds(process_tree(self.server_roots)),
             "generator_cpu": cpu_seconds(process_tree([os.getpid()])),
+            "tiers": {name: cpu_seconds(process_tree(pids)) for name, pids in self.tiers.items()},
         }
 
     def _end_window(self, now: float) -> None:
@@ -167,6 +178,11 @@ class SteppedCapacity(LoadTestShape):
             self.cores,
             self.bar,
         )
+        if self.tiers and total.requests:
+            window["tier_cpu_ms_per_request"] = {
+                name: round(1000 * (end["tiers"][name] - self.window_start["tiers"][name]) / total.requests, 3)
+                for name in self.tiers
+            }
         window.update(
             users_running=self.runner.user_count,
             p50_ms=stats.total.get_response_time_percentile(0.5),

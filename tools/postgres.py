@@ -97,3 +97,10 @@ def recreate_database(url: str, name: str) -> str:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def postmaster_pid(url: str) -> int:
+    """The server's main process, whose children serve every connection (for measuring its CPU)."""
+    with _connect(url, "postgres") as connection:
+        data_directory = connection.execute("SHOW data_directory").fetchone()[0]
+    return int((Path(data_directory) / "postmaster.pid").read_text().split()[0])

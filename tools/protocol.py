@@ -98,6 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TWEEPY_BENCH_CEILING_USERS", 50, "Users asking for /healthz with no think time, for the stack ceiling", 1),
     Setting("TWEEPY_BENCH_OUT", "bench-steps.json", "Where the load shape writes its steps (the bench sets it)"),
     Setting("TWEEPY_BENCH_SERVER_PIDS", "", "Server pids whose process trees' CPU and memory are measured"),
+    Setting("TWEEPY_BENCH_TIERS", "", "Tiers measured apart, 'name=pid,pid name=pid' (nginx, app nodes, PostgreSQL)"),
     Setting("LOCUST_PROCESSES", 1, "Load generator processes on this machine (locust --processes)", 1),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -196,13 +196,27 @@ def _cpu_of(generator_pid: int, running: stages.Running) -> dict:
 # --- the capacity search -------------------------------------------------------------------------------
 
 
+def tiers_of(running: stages.Running) -> dict[str, list[int]]:
+    """The processes of each tier a request goes through: the front, the app nodes, and the
+    database server when it is one (SQLite runs inside the app processes)."""
+    tiers = {"front": [p.pid for name, p in running.children if name in ("nginx",)]}
+    tiers["app"] = [p.pid for name, p in running.children if name != "nginx"]
+    url = running.stage.app_setting("DATABASE_URL")
+    if url.startswith("postgresql"):
+        tiers["postgresql"] = [postgres.postmaster_pid(url)]
+    return {name: pids for name, pids in tiers.items() if pids}
+
+
 def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict) -> dict:
     """Run the search; its steps, its overload step, and whether it ran to its end."""
     number = running.stage.number
     out = raw / f"stage{number}-steps.json"
     out.unlink(missing_ok=True)
     rate = spawn_rate(plan, bound["hashes_per_s"])
-    env = {**os.environ, **shape_environment(plan, out, [p.pid for _, p in running.children], rate)}
+    tiers = tiers_of(running)
+    servers = [pid for pids in tiers.values() for pid in pids]
+    env = {**os.environ, **shape_environment(plan, out, servers, rate)}
+    env["TWEEPY_BENCH_TIERS"] = " ".join(f"{name}={','.join(map(str, pids))}" for name, pids in tiers.items())
     limit = search_time_limit(plan)
     files = "locustfile.py,tools/bench_shape.py"
     command = locust_command(plan, files, running.url, raw / f"stage{number}", None, limit)
@@ -304,7 +318,8 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
         "name": stage.name,
         "settings": stage.settings,
         "server": stage.server,
-        "processes": stage.processes if stage.server == "uwsgi" else 1,
+        "processes": stage.nodes * stage.processes if stage.server == "uwsgi" else 1,
+        "nodes": stage.nodes if stage.server == "uwsgi" else 1,
         "processes_setting": stage.get("PROCESSES") if stage.server == "uwsgi" else "1",
         "ceiling": ceiling,
         "ceiling_rps": ceiling["rps"],

@@ -235,6 +235,39 @@ def overload_table(report: dict) -> list[str]:
     return lines
 
 
+TARGET_QPS = 1000
+
+
+def tier_table(report: dict) -> list[str]:
+    """CPU a request in each tier (front, app nodes, database server) at the best step, and the cores
+    each would need for 1K QPS of the protocol on hosts of its own: a projection from that CPU alone."""
+    rows = []
+    for r in report["stages"]:
+        b = r.get("best") or {}
+        tiers = b.get("tier_cpu_ms_per_request")
+        if not tiers:
+            continue
+        cells = ", ".join(f"{name} {value:.2f}" for name, value in tiers.items())
+        cores = {name: value * TARGET_QPS / 1000 for name, value in tiers.items()}
+        nodes = ""
+        if "app" in cores and r.get("processes"):
+            per_node = max(1, r["processes"] // max(1, r.get("nodes", 1)))
+            nodes = f"; app nodes of {per_node} cores: {max(1, round(cores['app'] / per_node + 0.49))}"
+        projected = ", ".join(f"{name} {value:.1f}" for name, value in cores.items())
+        rows.append(f"| {r['stage']} {r['name']} | {run_label(r)} | {cells} | {projected}{nodes} |")
+    if not rows:
+        return []
+    return [
+        "",
+        f"CPU a request by tier at the best step, and the cores each tier would need for {TARGET_QPS:,} QPS of the "
+        "protocol on hosts of its own (a projection: CPU a request times the rate, no headroom, generator elsewhere).",
+        "",
+        "| stage | run | CPU ms a request by tier | projected cores for 1K QPS |",
+        "|---|---|---|---|",
+        *rows,
+    ]
+
+
 def runs_of(report: dict) -> list[tuple[str, list[dict]]]:
     """The stages grouped by the run they came from, newest first."""
     grouped: dict[str, list[dict]] = {}
@@ -371,6 +404,7 @@ def summary(report: dict, chart_link: str) -> list[str]:
         "whether the server keeps serving or collapses.",
         "",
         *overload_table(report),
+        *tier_table(report),
         *bound_tables(report),
         "",
         NOTES,
