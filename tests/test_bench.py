@@ -423,3 +423,18 @@ def test_quick_bench_writes_the_table_the_chart_and_raw_csvs(quick_report):
     assert list((out / "raw").glob("stage*_stats.csv"))
     assert "stage 6 · step 1/1 · window" in stdout, "progress is shown while it runs"
     assert "stage 6 · overload step" in stdout
+
+
+def test_the_tier_table_projects_the_cores_each_tier_needs_for_1k_qps():
+    from tools.bench import report
+
+    result = {
+        "stage": 7, "name": "scale-out", "processes": 4, "nodes": 2,
+        "run": {"date": "today", "commit": "abc"},
+        "best": {"tier_cpu_ms_per_request": {"front": 0.2, "app": 3.0, "postgresql": 0.5}},
+    }  # fmt: skip
+    lines = report.tier_table({"stages": [result]})
+    row = next(line for line in lines if line.startswith("| 7 scale-out"))
+    assert "front 0.2, app 3.0, postgresql 0.5" in row
+    assert "app nodes of 2 cores: 2" in row
+    assert report.tier_table({"stages": [{**result, "best": {}}]}) == []

@@ -3,7 +3,21 @@ upstream over its nodes (serving it for real is in test_stages.py, as for every 
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers.http import logged_in, worker_of
+from helpers.postgres import fresh_database
+from sqlalchemy import create_engine, func, select
+
 from tools import postgres, stages
+from tweepy.models import Tweet
 
 
 def test_the_connection_budget_fits_when_all_pools_stay_below_the_servers_limit_less_a_reserve():
@@ -26,3 +40,90 @@ def test_nginx_spreads_requests_over_one_server_a_node(tmp_path):
     assert stage.nodes == 2
     single = stages.write_nginx_conf(stages.get_stage(6), tmp_path / "six", 8080).read_text()
     assert single.count("server unix:") == 1
+
+
+# --- losing a node, for real ----------------------------------------------------------
+
+
+WRITERS, TIME_LIMIT = 4, 60
+
+
+@pytest.fixture
+def scaled_out(tmp_path):
+    """Stage 7 on a fresh PostgreSQL database, every answer naming its node and process."""
+    stage = stages.get_stage(7)
+    with fresh_database("nodes") as database:
+        env = {
+            "TWEEPY_DATABASE_URL": database,
+            "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
+            "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
+            "TWEEPY_WORKER_HEADER": "true",
+        }
+        seed = ["--users", "20", "--tweets", "100", "--follows", "3"]
+        with stages.start(stage, port=stages.free_port(), var=tmp_path / "var", env=env, seed=seed) as running:
+            running.env = stages.stage_env(stage, 0, env)
+            yield running, database
+
+
+@pytest.mark.integration
+def test_nginx_routes_around_a_lost_node_no_acknowledged_write_is_lost_and_the_node_rejoins(scaled_out):
+    running, database = scaled_out
+    node = dict(running.children)["uwsgi-node1"]
+    command = Path(f"/proc/{node.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    run = uuid.uuid4().hex[:6]
+    acknowledged, failures, lock = [], [], threading.Lock()
+    deadline = time.monotonic() + TIME_LIMIT
+
+    def writer(k: int) -> None:
+        me = logged_in(running.url, f"user{k + 1}")
+        me.get("/tweets/")
+        for i in range(40):
+            if time.monotonic() > deadline:
+                return
+            text = f"{run} writer {k} tweet {i}"
+            try:
+                answer = me.post("/tweets/", {"tweet": text})
+            except OSError as error:
+                answer = error
+            with lock:
+                (acknowledged if getattr(answer, "status_code", None) == 303 else failures).append(text)
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    os.killpg(node.pid, signal.SIGKILL)  # the node's master and its workers, as a host going away
+    node.wait(10)
+    for thread in threads:
+        thread.join(TIME_LIMIT + 10)
+
+    assert len(acknowledged) >= WRITERS * 40 * 0.9, f"{len(failures)} writes failed while a node was lost"
+    engine = create_engine(database)
+    try:
+        with engine.connect() as connection:
+            query = select(Tweet.text, func.count()).where(Tweet.text.like(f"{run} %")).group_by(Tweet.text)
+            stored = dict(connection.execute(query).all())
+    finally:
+        engine.dispose()
+    assert all(stored.get(text) == 1 for text in acknowledged), "an acknowledged write was lost or doubled"
+    assert all(count == 1 for count in stored.values())
+    assert set(stored) <= set(acknowledged) | set(failures)
+
+    # The node comes back as it was started, and nginx sends it requests again.
+    with open(running.var / "uwsgi-node1.log", "ab") as log:
+        back = subprocess.Popen(command, env=running.env, cwd=stages.ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    running.children = [(name, back if name == "uwsgi-node1" else process) for name, process in running.children]
+    assert reaches_node(logged_in(running.url, "user9"), back.pid, within=20), "no request reached the node back"
+
+
+def reaches_node(visitor, master_pid: int, within: float) -> bool:
+    """Whether one of the node's workers answers the visitor's pages within ``within`` seconds."""
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        workers = subprocess.run(["pgrep", "-P", str(master_pid)], capture_output=True, text=True).stdout.split()
+        if int(worker_of(visitor.get("/tweets/")).rsplit(":", 1)[1]) in set(map(int, workers)):
+            return True
+        time.sleep(0.05)
+    return False
