@@ -49,11 +49,17 @@ the stores in flight, and tokens are random, so an old one never comes back.
 The writer's next request starts after the eviction: read-your-writes on
 every node, and everyone else sees the write as soon as it returns.
 
+Two things the argument needs: a read's snapshot is not older than its
+generation (so no REPEATABLE READ across a request), and a value read inside
+a write that has not committed yet is never stored (it may roll back).
+
 Entries live ``CACHE_TTL`` at most, so a writer that died between its commit
 and its eviction leaves a stale entry for that long, no longer. In Redis,
-give the cache ``maxmemory`` with ``volatile-lru`` (every key here has a TTL):
-memory is then bounded in bytes too, and which keys Redis drops never
-matters for correctness, by the argument above.
+give the cache ``maxmemory`` with ``volatile-lru`` (every key here has a
+TTL): memory is then bounded in bytes too, and which keys Redis drops never
+matters for correctness, by the argument above. Values are pickled: the
+Redis must be trusted as the database is (whoever can write to it can run
+code in the app).
 
 When Redis cannot be reached (``CACHE_TIMEOUT_S``), reads go to the database
 and keep nothing, and the process leaves Redis alone for ``CACHE_SYNC_INTERVAL``.

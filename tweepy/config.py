@@ -74,7 +74,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("CACHE_URL", "redis://127.0.0.1:6379/0", "The Redis of CACHE=redis (a password in it is never logged)"),
     Setting("CACHE_KEY_PREFIX", "tweepy:", "Starts every key CACHE=redis writes, so deployments can share one Redis"),
-    Setting("CACHE_TIMEOUT_S", 0.25, "Longest wait for Redis; past it, reads go to the database and are not kept"),
+    Setting(
+        "CACHE_TIMEOUT_S", 0.25, "Longest wait for a Redis reply (tried twice); then the database serves, nothing kept"
+    ),
     Setting("TIMELINE_FROM_CACHED_PAGES", False, "Merge a timeline's first page from each author's cached page"),
     # Rendered tweets.
     Setting("FRAGMENT_CACHE", False, "Keep each tweet's rendered HTML per process (keyed by row and template)"),
