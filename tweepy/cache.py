@@ -20,13 +20,66 @@ replays that log:
   process has not replayed yet: read-your-writes for the writer, whichever
   process serves the next page.
 
-Another backend (Redis, for the scale-out stage) implements ``ReadCache``,
-the small interface below; nothing outside this module knows which one runs.
+With ``CACHE=redis`` every process of every node shares one cache in Redis
+(``RedisCache``), with no layer in front of it: a read that hits costs one
+round trip. Each entry is a hash under ``CACHE_KEY_PREFIX + key`` holding the
+pickled value and a *generation*, a random token:
+
+* a miss reads the generation, creating it if there is none, in the same
+  round trip (a Lua script), then computes the value from the database;
+* the value is stored only if the generation is still the one read (another
+  script), and only if ``keep`` says so. A miss that is not kept leaves only
+  its generation, which expires in seconds (``CLAIM_TTL_MS``): a key of the
+  client's choice costs Redis nothing lasting;
+* a write deletes the hashes of the keys it forgot, *after* its transaction
+  commits (``after_commit``), before the writer's response leaves.
+
+Why no write leaves a stale entry, however commits interleave. Take a value
+stored under a key, computed from a snapshot taken after its generation was
+read (each statement takes a fresh snapshot: READ COMMITTED on PostgreSQL,
+autocommit reads on SQLite). A write that changes the key's rows either
+committed before that snapshot (the value shows it), or committed after it,
+so after the generation was read, and deletes the hash after its commit:
+before the store, and the store finds no generation and keeps nothing; or
+after it, and the value is gone. Each write evicts after its own commit and
+relies on nothing about other writes, so commits out of id order do not
+matter, and writers do not take turns. A generation that disappears for any
+reason (eviction, TTL, Redis's ``maxmemory`` policy, a restart) refuses
+the stores in flight, and tokens are random, so an old one never comes back.
+The writer's next request starts after the eviction: read-your-writes on
+every node, and everyone else sees the write as soon as it returns.
+
+Two things the argument needs: a read's snapshot is not older than its
+generation (so no REPEATABLE READ across a request), and a value read inside
+a write that has not committed yet is never stored (it may roll back).
+
+Entries live ``CACHE_TTL`` at most, so a writer that died between its commit
+and its eviction leaves a stale entry for that long, no longer. In Redis,
+give the cache ``maxmemory`` with ``volatile-lru`` (every key here has a
+TTL): memory is then bounded in bytes too, and which keys Redis drops never
+matters for correctness, by the argument above. Values are pickled: the
+Redis must be trusted as the database is (whoever can write to it can run
+code in the app).
+
+When Redis cannot be reached (``CACHE_TIMEOUT_S``), reads go to the database
+and keep nothing, and the process leaves Redis alone for ``CACHE_SYNC_INTERVAL``.
+A write still commits; the keys it could not evict are *owed*: kept in the
+process and appended to the ``cache_invalidations`` table (a short
+transaction of its own). Every process, at least every ``CACHE_SYNC_INTERVAL``
+and before it trusts Redis again after an outage, pays what is owed (deletes
+those hashes, then those rows, by id, so writers need no ordering here
+either). A stale entry therefore outlives Redis's return by at most
+``CACHE_SYNC_INTERVAL``, whichever node wrote. If the table cannot be
+written either and a process owes too many keys to remember, it drops the
+whole prefix when Redis answers again.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import pickle
+import secrets
 import sys
 import threading
 import time
@@ -38,6 +91,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 import cachetools
 from flask import Flask, current_app, g, session
 from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from .extensions import db
 from .models import CacheInvalidation, utcnow
@@ -52,6 +106,12 @@ SESSION_KEY = "seen_write"
 LOG_WRITERS_LOCK = 7170637
 # Keys whose last eviction is remembered (a few dozen bytes each).
 EVICTIONS_REMEMBERED = 100_000
+# Keys a process may owe Redis in memory; past this it drops the whole prefix once Redis answers.
+OWED_REMEMBERED = 10_000
+# Owed evictions paid from the table per check (more wait for the next one).
+OWED_PER_CHECK = 1000
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -232,6 +292,191 @@ class LocalCache:
             self.evicted_at[key] = self.evictions
 
 
+# How long the generation made by a miss lives, unless a value is stored with it. Short, because the key
+# may be the client's choice (a name nobody has); a read that takes longer is served and not kept.
+CLAIM_TTL_MS = 10_000
+# A miss: the value if there is one, else the generation a store must still find (made if there is none).
+VALUE_OR_GENERATION = """
+local found = redis.call('HMGET', KEYS[1], 'value', 'generation')
+if found[1] then return {1, found[1]} end
+if found[2] then return {0, found[2]} end
+redis.call('HSET', KEYS[1], 'generation', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {0, ARGV[1]}
+"""
+# A store: only if no write evicted the key since its generation was read.
+STORE_IF_UNCHANGED = """
+if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'value', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+
+class RedisCache:
+    """One cache in Redis for every process of every node; see the module docstring for why it stays fresh."""
+
+    enabled = True
+
+    def __init__(self, url: str, prefix: str, ttl: float, timeout: float, sync_interval: float) -> None:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        # One retry, at once: a pooled connection that a Redis restart closed is replaced, no more.
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1)
+        )
+        self.unreachable = (redis.ConnectionError, redis.TimeoutError, OSError)
+        self.failed = (redis.RedisError, OSError)
+        self.value_or_generation = self.client.register_script(VALUE_OR_GENERATION)
+        self.store_if_unchanged = self.client.register_script(STORE_IF_UNCHANGED)
+        self.prefix = prefix
+        self.ttl_ms = max(1, int(ttl * 1000))
+        self.sync_interval = sync_interval
+        # Until Redis is known to owe nothing (at start: a process that died may have left debts),
+        # reads do not use it.
+        self.trusted = False
+        self.unreachable_until = 0.0
+        self.checked_at = float("-inf")
+        self.owed: set[str] = set()
+        self.owe_everything = False
+        self.lock = threading.Lock()
+        # One thread or greenlet of the process pays debts at a time; the others carry on.
+        self.paying = threading.Lock()
+
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        if not self.trusted:
+            self.pay_debts()
+            if not self.trusted:
+                return compute()
+        name = self.prefix + key
+        try:
+            found, payload = self.value_or_generation(keys=[name], args=[secrets.token_hex(8), CLAIM_TTL_MS])
+        except self.unreachable as error:
+            self._lost(error)
+            return compute()
+        if found:
+            try:
+                return pickle.loads(payload)
+            except Exception:  # an entry that code deployed since cannot read: drop it, read again
+                log.warning("read cache: cannot read the entry of %s; dropping it", key)
+                self.evict([key])
+                return compute()
+        value = compute()
+        # A value read inside a write that has not committed may show rows that roll back.
+        if keep(value) and not request_state().forgotten:
+            try:
+                self.store_if_unchanged(
+                    keys=[name], args=[payload, pickle.dumps(value, pickle.HIGHEST_PROTOCOL), self.ttl_ms]
+                )
+            except self.unreachable as error:
+                self._lost(error)
+            except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
+                log.warning("read cache: Redis refused to keep %s: %s", key, error)
+        return value
+
+    def forget(self, *keys: CacheKey) -> None:
+        """Remember the keys; they are evicted once the transaction commits (evicting sooner would let a
+        read fill them again from rows the write has not committed yet)."""
+        request_state().forgotten.extend(keys)
+
+    def after_commit(self) -> None:
+        state = request_state()
+        if state.forgotten:
+            keys, state.forgotten = state.forgotten, []
+            self.evict(keys)
+
+    def after_rollback(self) -> None:
+        request_state().forgotten = []
+
+    def sync(self, at_least: int | None = None) -> None:
+        """Pay the evictions anyone owes Redis, at least every ``CACHE_SYNC_INTERVAL`` (writers need nothing more)."""
+        if time.monotonic() - self.checked_at >= self.sync_interval:
+            self.pay_debts()
+
+    def evict(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        if time.monotonic() >= self.unreachable_until:
+            try:
+                self.client.delete(*(self.prefix + key for key in keys))
+                return
+            except self.failed as error:  # a timeout may have deleted them or not: they are owed either way
+                self._lost(error)
+        self._owe(keys)
+
+    def pay_debts(self) -> None:
+        """Evict what this process and the table say is owed; then Redis can be trusted again."""
+        if time.monotonic() < self.unreachable_until or not self.paying.acquire(blocking=False):
+            return
+        try:
+            self.checked_at = time.monotonic()
+            with self.lock:
+                owed, everything = set(self.owed), self.owe_everything
+            if everything:
+                self.drop_everything()
+            elif owed:
+                self.client.delete(*(self.prefix + key for key in owed))
+            # A connection of its own: this may run inside a request's transaction, which must stay its own.
+            with db.engine.begin() as connection:
+                rows = connection.execute(
+                    select(CacheInvalidation.id, CacheInvalidation.key)
+                    .order_by(CacheInvalidation.id)
+                    .limit(OWED_PER_CHECK)
+                ).all()
+                if rows:
+                    self.client.delete(*{self.prefix + row.key for row in rows})
+                    connection.execute(
+                        delete(CacheInvalidation).where(CacheInvalidation.id.in_([row.id for row in rows]))
+                    )
+            with self.lock:
+                self.owed -= owed
+                self.owe_everything &= not everything
+            if len(rows) == OWED_PER_CHECK:
+                self.checked_at = float("-inf")  # more to pay: at the next request
+            if not self.trusted:
+                log.warning("read cache: Redis answers and is owed nothing; using it again")
+            self.trusted = True
+        except self.failed as error:
+            self._lost(error)
+        except SQLAlchemyError as error:
+            # Whatever is owed cannot be read: Redis may hold stale entries, so reads keep off it.
+            log.warning("read cache: cannot read the evictions owed to Redis: %s", error)
+            self.trusted = False
+        finally:
+            self.paying.release()
+
+    def drop_everything(self) -> None:
+        """Delete every key under the prefix (and only those: the Redis may be shared)."""
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
+        batch = []
+        for name in self.client.scan_iter(match=pattern, count=1000):
+            batch.append(name)
+            if len(batch) == 1000:
+                self.client.unlink(*batch)
+                batch = []
+        if batch:
+            self.client.unlink(*batch)
+
+    def _lost(self, error: Exception) -> None:
+        if self.trusted:
+            log.warning("read cache: Redis unreachable (%s); serving from the database", error)
+        self.trusted = False
+        self.unreachable_until = time.monotonic() + self.sync_interval
+
+    def _owe(self, keys: list[str]) -> None:
+        with self.lock:
+            self.owed.update(keys)
+            if len(self.owed) > OWED_REMEMBERED:
+                self.owed.clear()
+                self.owe_everything = True
+        try:
+            with db.engine.begin() as connection:
+                connection.execute(insert(CacheInvalidation), [{"key": key} for key in keys])
+        except SQLAlchemyError as error:
+            log.warning("read cache: cannot record evictions owed to Redis (this process still owes them): %s", error)
+
+
 def prune_log() -> None:
     """Drop log entries nobody can still need (called now and then by writes)."""
     db.session.execute(delete(CacheInvalidation).where(CacheInvalidation.created < utcnow() - LOG_RETENTION))
@@ -307,6 +552,14 @@ def forget(*keys: CacheKey) -> None:
 def init_app(app: Flask) -> None:
     if app.config["CACHE"] == "local":
         backend = LocalCache(app.config["CACHE_BYTES"], app.config["CACHE_TTL"], app.config["CACHE_SYNC_INTERVAL"])
+    elif app.config["CACHE"] == "redis":
+        backend = RedisCache(
+            app.config["CACHE_URL"],
+            app.config["CACHE_KEY_PREFIX"],
+            app.config["CACHE_TTL"],
+            app.config["CACHE_TIMEOUT_S"],
+            app.config["CACHE_SYNC_INTERVAL"],
+        )
     else:
         backend = NoCache()
     app.extensions["tweepy_cache"] = backend
@@ -316,9 +569,10 @@ def init_app(app: Flask) -> None:
     @app.before_request
     def catch_up_with_other_processes() -> None:
         backend.sync(at_least=session.get(SESSION_KEY))
-        # This request's reads all come after the sync, so they may fill what it
-        # evicted; a key evicted after this point was changed under them, and is not stored.
-        request_state().epoch = backend.evictions
+        if isinstance(backend, LocalCache):
+            # This request's reads all come after the sync, so they may fill what it
+            # evicted; a key evicted after this point was changed under them, and is not stored.
+            request_state().epoch = backend.evictions
 
     @app.after_request
     def remember_own_writes(response):

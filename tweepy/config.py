@@ -62,10 +62,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DB_POOL_OVERFLOW", 0, "Extra connections a process may open under load"),
     Setting("DB_POOL_TIMEOUT", 10, "Seconds a request waits for a pooled connection"),
     # Memoized reads.
-    Setting("CACHE", "none", "Read cache: 'none' or 'local' (in-process, cross-process invalidation)"),
+    Setting(
+        "CACHE", "none", "Read cache: 'none', 'local' (in-process, cross-process invalidation) or 'redis' (shared)"
+    ),
     Setting("CACHE_BYTES", 256 * 1024 * 1024, "Bytes of cached reads kept per process (an author's page: ~20 KB)"),
     Setting("CACHE_TTL", 300, "Seconds an entry may live even with no invalidation (a safety net)"),
-    Setting("CACHE_SYNC_INTERVAL", 1.0, "Seconds between checks of other processes' writes: the staleness bound"),
+    Setting(
+        "CACHE_SYNC_INTERVAL",
+        1.0,
+        "Seconds between checks of other processes' writes: the staleness bound (redis: after an outage)",
+    ),
+    Setting("CACHE_URL", "redis://127.0.0.1:6379/0", "The Redis of CACHE=redis (a password in it is never logged)"),
+    Setting("CACHE_KEY_PREFIX", "tweepy:", "Starts every key CACHE=redis writes, so deployments can share one Redis"),
+    Setting(
+        "CACHE_TIMEOUT_S", 0.25, "Longest wait for a Redis reply (tried twice); then the database serves, nothing kept"
+    ),
     Setting("TIMELINE_FROM_CACHED_PAGES", False, "Merge a timeline's first page from each author's cached page"),
     # Rendered tweets.
     Setting("FRAGMENT_CACHE", False, "Keep each tweet's rendered HTML per process (keyed by row and template)"),
@@ -122,19 +133,21 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
         config["DATABASE_URL"] = "sqlite:///" + os.path.join(instance_path, "tweepy.sqlite3")
     if not config["SECRET_KEY"]:
         config["SECRET_KEY"] = _instance_secret(Path(instance_path) / "secret_key")
-    if config["CACHE"] not in ("none", "local"):
-        raise ValueError(f"TWEEPY_CACHE={config['CACHE']!r}: expected 'none' or 'local'")
+    if config["CACHE"] not in ("none", "local", "redis"):
+        raise ValueError(f"TWEEPY_CACHE={config['CACHE']!r}: expected 'none', 'local' or 'redis'")
     if config["TIMELINE_FROM_CACHED_PAGES"] and config["CACHE"] == "none":
         raise ValueError("TWEEPY_TIMELINE_FROM_CACHED_PAGES merges cached pages: it needs a TWEEPY_CACHE")
     return config
 
 
 def shown(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings as they may be logged: no secret key, no database password."""
+    """The settings as they may be logged: no secret key, no database or Redis password."""
     from sqlalchemy.engine import make_url
 
     visible = {s.name: config[s.name] for s in SETTINGS if s.name != "SECRET_KEY"}
     visible["DATABASE_URL"] = make_url(config["DATABASE_URL"]).render_as_string(hide_password=True)
+    # SQLAlchemy's parser reads a Redis URL's user and password the same way.
+    visible["CACHE_URL"] = make_url(config["CACHE_URL"]).render_as_string(hide_password=True)
     return visible
 
 

@@ -1,0 +1,595 @@
+"""CACHE=redis: one cache in Redis shared by every node, evicted after each write commits.
+
+Two app objects on one database stand in for two nodes (a SQLite file, or
+PostgreSQL where commits can come out of id order). Each test writes under a
+key prefix of its own and deletes it afterwards, so the tests can share the
+machine's Redis with anyone. The promises (cache.py): the writer and everyone
+else see a write as soon as it returns, on every node; a cached page is the
+uncached page; commits out of order leave nothing stale; and a Redis that
+goes away costs no error, and no stale page once it is back longer than
+CACHE_SYNC_INTERVAL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import redis
+from flask_migrate import upgrade
+from helpers.browser import sign_up
+from helpers.pages import form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
+from helpers.postgres import fresh_database
+from helpers.services import redis_url
+from helpers.stored import FAST_BCRYPT, user_id
+from hypothesis.stateful import run_state_machine_as_test
+from sqlalchemy import func, insert, select
+from test_cache import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
+from test_invalidation import QUICK, InvalidationWorld
+
+from tweepy import config, create_app, queries, writes
+from tweepy.cache import CLAIM_TTL_MS, RedisCache, cache, forget
+from tweepy.extensions import db
+from tweepy.models import CacheInvalidation, Tweet
+from tweepy.writes import transaction
+
+A, B = 0, 1
+# Long enough that only eviction on write, never the periodic check, can explain a fresh page.
+NEVER = 600.0
+CACHED = {"CACHE": "redis", "TIMELINE_FROM_CACHED_PAGES": True, "FRAGMENT_CACHE": True}
+
+
+def new_prefix() -> str:
+    return f"tweepy-test:{os.getpid()}:{secrets.token_hex(4)}:"
+
+
+def drop_prefix(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    names = list(client.scan_iter(match=prefix + "*", count=1000))
+    if names:
+        client.unlink(*names)
+    client.close()
+
+
+@pytest.fixture
+def prefix():
+    url, name = redis_url(), new_prefix()
+    yield name
+    drop_prefix(url, name)
+
+
+@pytest.fixture
+def two_nodes(make_app, prefix):
+    def start(**settings):
+        overrides = {**CACHED, "CACHE_URL": redis_url(), "CACHE_KEY_PREFIX": prefix, "CACHE_SYNC_INTERVAL": NEVER}
+        return [make_app(**{**overrides, **settings}) for _ in (A, B)]
+
+    return start
+
+
+def stored(app, key: str):
+    """The value Redis keeps under a cache key (None if none), as any node would read it."""
+    backend = app.extensions["tweepy_cache"]
+    payload = backend.client.hget(backend.prefix + key, "value")
+    return None if payload is None else pickle.loads(payload)
+
+
+def cached_keys(app) -> set[str]:
+    backend = app.extensions["tweepy_cache"]
+    names = backend.client.scan_iter(match=backend.prefix + "*", count=1000)
+    return {name.decode()[len(backend.prefix) :] for name in names if backend.client.hexists(name, "value")}
+
+
+# --- settings -------------------------------------------------------------------
+
+
+def test_the_logged_settings_show_no_redis_password():
+    effective = {s.name: s.default for s in config.SETTINGS}
+    effective.update(DATABASE_URL="sqlite:///x.sqlite3", CACHE_URL="redis://:hunter2@cache.example:6379/3")
+    shown = config.shown(effective)
+    assert "hunter2" not in str(shown) and "cache.example:6379/3" in shown["CACHE_URL"]
+
+
+# --- read-your-writes, and everyone else at once ---------------------------------
+
+
+def test_writer_sees_own_new_tweet_on_the_other_node_at_once(two_nodes):
+    apps = two_nodes()
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    assert tweet_texts(warm(alice.on(B), "/tweets/")) == []
+    assert queries.newest_tweets_by.key(user_id(apps[A], "alice")) in cached_keys(apps[B])
+
+    assert alice.on(A).post("/tweets/", {"tweet": "posted on A"}).status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == ["posted on A"]
+    assert tweet_texts(alice.on(B).get("/users/alice/")) == ["posted on A"]
+
+
+def test_writer_sees_follows_and_deletes_on_the_other_node_at_once(two_nodes):
+    apps = two_nodes()
+    sign_up(apps[A], "bob").post("/tweets/", {"tweet": "bob's news"})
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    alice.on(A).post("/tweets/", {"tweet": "oops"})
+    assert tweet_texts(warm(alice.on(B), "/tweets/")) == ["oops"]
+    assert "/users/bob/follow" in form_actions(warm(alice.on(B), "/users/bob/"))
+
+    assert alice.on(A).post("/users/bob/follow").status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == ["oops", "bob's news"]
+    assert "/users/bob/unfollow" in form_actions(alice.on(B).get("/users/bob/"))
+
+    oops = tweet_ids(alice.on(B).get("/tweets/"))[0]
+    assert alice.on(A).post(f"/tweets/{oops}/delete").status_code == 303
+    assert alice.on(A).post("/users/bob/unfollow").status_code == 303
+    assert tweet_texts(alice.on(B).get("/tweets/")) == []
+
+
+def test_new_user_finds_their_profile_on_the_other_node_and_a_miss_is_not_kept(two_nodes):
+    apps = two_nodes()
+    sign_up(apps[B], "bob")
+    carol = OnePersonsBrowser(*apps)
+    assert warm(carol.on(B), "/users/carol/").status_code == 404  # looked before signing up
+    missed = queries.user_named.key("carol")
+    assert missed not in cached_keys(apps[B]), "a miss is not kept"
+    backend = apps[B].extensions["tweepy_cache"]
+    # All a miss leaves is the generation a store would need, and only for seconds.
+    assert 0 < backend.client.pttl(backend.prefix + missed) <= CLAIM_TTL_MS
+    warm(sign_up(apps[B], "watcher"), "/users/")
+    assert queries.users_page.key(1) in cached_keys(apps[B])
+
+    assert carol.on(A).register("carol").status_code == 303
+    assert carol.on(B).get("/users/carol/").status_code == 200
+    assert user_names(carol.on(B).get("/users/")) == ["bob", "watcher", "carol"]
+
+
+def test_read_your_writes_holds_when_writes_alternate_between_nodes(two_nodes):
+    apps = two_nodes()
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    posted = []
+    for i in range(4):
+        writer, reader = (A, B) if i % 2 == 0 else (B, A)
+        warm(alice.on(reader), "/tweets/")
+        alice.on(writer).post("/tweets/", {"tweet": f"tweet {i} on {'AB'[writer]}"})
+        posted.insert(0, f"tweet {i} on {'AB'[writer]}")
+        assert tweet_texts(alice.on(reader).get("/tweets/")) == posted
+
+
+def test_follower_on_another_node_sees_a_new_tweet_at_once(two_nodes):
+    """No staleness bound to wait for: the write evicted the shared entry before it returned."""
+    apps = two_nodes()
+    alice = sign_up(apps[A], "alice")
+    bob = sign_up(apps[B], "bob")
+    bob.post("/users/alice/follow")
+    assert tweet_texts(warm(bob, "/tweets/")) == []
+    assert stored(apps[B], queries.newest_tweets_by.key(user_id(apps[A], "alice"))) == ()
+
+    alice.post("/tweets/", {"tweet": "hello followers"})
+    assert tweet_texts(bob.get("/tweets/")) == ["hello followers"]
+    assert tweet_texts(bob.get("/users/alice/")) == ["hello followers"]
+
+
+# --- a cached page is the page ----------------------------------------------------
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_cached_page_on_another_node_is_byte_for_byte_the_uncached_page_after_every_write(two_nodes, make_app, page):
+    writer_node, reader_node = two_nodes()
+    uncached = make_app(CACHE="none")
+    for people in each_write_of_a_small_world(writer_node):
+        for name, browser in people.items():
+            cookie = browser.client.get_cookie("session").value
+            on_reader, other = reader_node.test_client(), uncached.test_client()
+            on_reader.set_cookie("session", cookie)
+            other.set_cookie("session", cookie)
+            from_cache = on_reader.get(page)
+            assert from_cache.status_code == 200
+            assert without_csrf_tokens(from_cache) == without_csrf_tokens(other.get(page)), name
+            on_reader.get(page)  # now surely cached, for the next write to make stale
+
+
+# --- the invalidation state machine, on Redis --------------------------------------
+
+
+class RedisEntries:
+    """What the state machine's invariant reads as ``entries``: the values kept in Redis."""
+
+    def __init__(self, backend: RedisCache) -> None:
+        self.backend = backend
+
+    def __contains__(self, key: str) -> bool:
+        return self.backend.client.hexists(self.backend.prefix + key, "value")
+
+    def __getitem__(self, key: str):
+        return pickle.loads(self.backend.client.hget(self.backend.prefix + key, "value"))
+
+
+class InvalidationWorldOnRedis(InvalidationWorld):
+    def __init__(self) -> None:
+        self.url, self.prefix = redis_url(), new_prefix()
+        super().__init__()
+        # The same world, its cache replaced (it makes no requests, so no hook of the local cache runs).
+        backend = RedisCache(self.url, self.prefix, ttl=300, timeout=1.0, sync_interval=3600.0)
+        backend.entries = RedisEntries(backend)
+        self.app.extensions["tweepy_cache"] = backend
+
+    def teardown(self) -> None:
+        super().teardown()
+        drop_prefix(self.url, self.prefix)
+
+
+def test_no_write_leaves_a_stale_entry_in_redis():
+    run_state_machine_as_test(InvalidationWorldOnRedis, settings=QUICK)
+
+
+def test_a_write_that_forgets_nothing_is_caught_on_redis(monkeypatch):
+    from hypothesis import Phase, settings
+
+    monkeypatch.setattr(writes, "forget", lambda *keys: None)
+    with pytest.raises(AssertionError, match="is stale"):
+        run_state_machine_as_test(InvalidationWorldOnRedis, settings=settings(QUICK, phases=[Phase.generate]))
+
+
+# --- commits out of id order, on PostgreSQL ----------------------------------------
+
+
+class EvictsBeforeCommit(RedisCache):
+    """Naive: evicts as soon as the write forgets, inside its transaction."""
+
+    def forget(self, *keys):
+        self.evict(keys)
+
+
+class StoresWithoutGeneration(RedisCache):
+    """Naive: evicts after commit, but a store does not check that no eviction came since the read began."""
+
+    def get_or_compute(self, key, compute, keep):
+        name = self.prefix + key
+        payload = self.client.hget(name, "value")
+        if payload is not None:
+            return pickle.loads(payload)
+        value = compute()
+        if keep(value):
+            self.client.hset(name, "value", pickle.dumps(value))
+        return value
+
+
+TIMEOUT_S = 10
+
+
+class TheDangerousSchedule:
+    """Two writers commit out of id order while readers fill the author's page around them.
+
+    1. A inserts a tweet (the lower id) and forgets the page; it does not commit yet.
+    2. B inserts a tweet (the higher id), forgets the page, commits and evicts: B's id commits first.
+    3. A slow reader misses, reads the page (B's tweet, not A's) and is held before storing.
+    4. A commits, and is held between its commit and its eviction.
+    5. Another reader fills the page in that gap.
+    6. A evicts; then the slow reader stores what it read in step 3.
+    """
+
+    STEPS = ("a_forgot", "b_done", "slow_read", "a_committed", "gap_filled", "a_evicted")
+
+    def __init__(self, app, author_id: int) -> None:
+        self.app, self.author_id = app, author_id
+        self.key = queries.newest_tweets_by.key(author_id)
+        self.step = {name: threading.Event() for name in self.STEPS}
+        self.failures: list[BaseException] = []
+        backend = app.extensions["tweepy_cache"]
+        after_commit = backend.after_commit
+
+        def held_after_commit():
+            if threading.current_thread().name == "A":
+                self.step["a_committed"].set()
+                self.step["gap_filled"].wait(TIMEOUT_S)
+            after_commit()
+            if threading.current_thread().name == "A":
+                self.step["a_evicted"].set()
+
+        backend.after_commit = held_after_commit
+
+    def post(self, text: str) -> None:
+        db.session.execute(insert(Tweet).values(author_id=self.author_id, text=text))
+        forget(self.key)
+
+    def writer_a(self) -> None:
+        with self.app.app_context(), transaction():
+            self.post("by A, lower id")
+            self.step["a_forgot"].set()
+            self.step["slow_read"].wait(TIMEOUT_S)
+
+    def writer_b(self) -> None:
+        self.step["a_forgot"].wait(TIMEOUT_S)
+        with self.app.app_context(), transaction():
+            self.post("by B, higher id")
+        self.step["b_done"].set()
+
+    def slow_reader(self) -> None:
+        self.step["b_done"].wait(TIMEOUT_S)
+
+        def read_then_wait():
+            rows = queries.newest_tweets_by.uncached(self.author_id)
+            self.step["slow_read"].set()
+            self.step["a_evicted"].wait(TIMEOUT_S)
+            return rows
+
+        with self.app.app_context():
+            cache().get_or_compute(self.key, read_then_wait, queries.newest_tweets_by.keep)
+
+    def gap_reader(self) -> None:
+        self.step["a_committed"].wait(TIMEOUT_S)
+        with self.app.app_context():
+            queries.newest_tweets_by(self.author_id)
+        self.step["gap_filled"].set()
+
+    def guarded(self, target):
+        try:
+            target()
+        except BaseException as error:
+            self.failures.append(error)
+
+    def run(self) -> tuple:
+        """What Redis keeps for the page at the end, and what the database says."""
+        actors = {"A": self.writer_a, "B": self.writer_b, "slow": self.slow_reader, "gap": self.gap_reader}
+        threads = [threading.Thread(target=self.guarded, args=(actor,), name=name) for name, actor in actors.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(TIMEOUT_S * 2)
+        assert not self.failures, self.failures
+        assert all(event.is_set() for event in self.step.values()), "the schedule did not run as written"
+        with self.app.app_context():
+            rows = db.session.execute(
+                select(Tweet.id, Tweet.text).where(Tweet.author_id == self.author_id).order_by(Tweet.id)
+            ).all()
+            assert [text for _, text in rows] == ["by A, lower id", "by B, higher id"], "B's id must be the higher"
+            return stored(self.app, self.key), queries.newest_tweets_by.uncached(self.author_id)
+
+
+@pytest.fixture
+def pg_app_with(prefix):
+    """An app on a PostgreSQL database of its own, whose cache is the given kind of RedisCache."""
+    apps = []
+    with fresh_database("redis") as url:
+
+        def build(backend_class=RedisCache):
+            app = create_app(
+                {
+                    "DATABASE_URL": url,
+                    "SECRET_KEY": "test-secret",
+                    "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
+                    "TESTING": True,
+                    "CACHE": "redis",
+                    "CACHE_URL": redis_url(),
+                    "CACHE_KEY_PREFIX": prefix,
+                    "CACHE_SYNC_INTERVAL": NEVER,
+                }
+            )
+            with app.app_context():
+                upgrade()
+            app.extensions["tweepy_cache"] = backend_class(redis_url(), prefix, 300, 1.0, NEVER)
+            apps.append(app)
+            return app
+
+        yield build
+        for app in apps:
+            with app.app_context():
+                db.engine.dispose()
+
+
+def an_author(app) -> int:
+    sign_up(app, "alice")
+    return user_id(app, "alice")
+
+
+def test_writers_committing_out_of_id_order_leave_no_stale_entry_on_postgresql(pg_app_with):
+    app = pg_app_with()
+    kept, fresh = TheDangerousSchedule(app, an_author(app)).run()
+    assert [row.text for row in fresh] == ["by B, higher id", "by A, lower id"]
+    assert kept in (None, fresh)
+    with app.app_context():
+        assert queries.newest_tweets_by(user_id(app, "alice")) == fresh
+        # No writer needs to take turns: nothing was logged, nothing waits on a lock.
+        assert db.session.scalar(select(func.count()).select_from(CacheInvalidation)) == 0
+
+
+@pytest.mark.parametrize("naive", [EvictsBeforeCommit, StoresWithoutGeneration])
+def test_the_same_schedule_leaves_a_stale_entry_with_a_naive_design(pg_app_with, naive):
+    """What the test above would catch: each half of the design is needed."""
+    app = pg_app_with(naive)
+    kept, fresh = TheDangerousSchedule(app, an_author(app)).run()
+    assert kept is not None and kept != fresh
+    assert [row.text for row in kept] == ["by B, higher id"]
+
+
+# --- Redis going away ----------------------------------------------------------------
+
+OUTAGE_SYNC_S = 0.3
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class OwnRedis:
+    """A redis-server of this test's own, on a free port, without persistence, to stop and start again."""
+
+    def __init__(self, tmp_path) -> None:
+        if shutil.which("redis-server") is None:
+            redis_url()  # skips, or fails in CI, as for a Redis that does not answer
+            pytest.skip("no redis-server to start")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.folder = tmp_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.folder,
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                redis.Redis(port=self.port, socket_timeout=0.2).ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(TIMEOUT_S)
+
+    def close(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.stop()
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    server = OwnRedis(tmp_path)
+    server.start()
+    yield server
+    server.close()
+
+
+def every_page_answers(browser, pages=("/tweets/", "/users/", "/users/alice/", "/users/bob/")) -> None:
+    for page in pages:
+        status = browser.get(page).status_code
+        assert status == 200, f"{page}: {status}"
+
+
+@pytest.fixture
+def nodes_on_own_redis(make_app, own_redis):
+    def start():
+        settings = {
+            **CACHED,
+            "CACHE_URL": own_redis.url,
+            "CACHE_SYNC_INTERVAL": OUTAGE_SYNC_S,
+            "CACHE_TIMEOUT_S": 0.2,
+        }
+        return [make_app(**settings) for _ in (A, B)]
+
+    return start
+
+
+def test_a_restarted_redis_costs_no_error_and_no_stale_page(nodes_on_own_redis, own_redis):
+    apps = nodes_on_own_redis()
+    alice, bob = sign_up(apps[A], "alice"), sign_up(apps[B], "bob")
+    bob.post("/users/alice/follow")
+    assert tweet_texts(warm(bob, "/tweets/")) == []
+
+    own_redis.stop()
+    assert alice.post("/tweets/", {"tweet": "while Redis was down"}).status_code == 303
+    every_page_answers(bob)
+    every_page_answers(alice)
+    assert tweet_texts(bob.get("/tweets/")) == ["while Redis was down"]
+
+    own_redis.start()
+    time.sleep(OUTAGE_SYNC_S * 1.5)
+    every_page_answers(bob)
+    assert alice.post("/tweets/", {"tweet": "after Redis came back"}).status_code == 303
+    assert tweet_texts(warm(bob, "/tweets/")) == ["after Redis came back", "while Redis was down"]
+    assert cached_keys(apps[B]), "the cache is used again"
+
+
+def test_an_eviction_one_node_could_not_make_is_paid_by_another_node_within_the_bound(two_nodes):
+    """A Redis that one node cannot reach (a partition; or a pause, for everyone) keeps its data: the
+    write could not evict the old page, so it owes the eviction, and any node pays it within the bound."""
+    apps = two_nodes(CACHE_SYNC_INTERVAL=OUTAGE_SYNC_S)
+    alice, bob = sign_up(apps[A], "alice"), sign_up(apps[B], "bob")
+    bob.post("/users/alice/follow")
+    assert tweet_texts(warm(bob, "/tweets/")) == []
+    alices_page = queries.newest_tweets_by.key(user_id(apps[A], "alice"))
+    assert stored(apps[B], alices_page) == ()
+
+    reachable = apps[A].extensions["tweepy_cache"]
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    apps[A].extensions["tweepy_cache"] = RedisCache(nowhere, reachable.prefix, 300, 0.2, OUTAGE_SYNC_S)
+    assert alice.post("/tweets/", {"tweet": "while A was cut off"}).status_code == 303
+    every_page_answers(alice)
+    assert stored(apps[B], alices_page) == (), "Redis still holds the page the write made stale"
+    with apps[B].app_context():
+        assert db.session.scalar(select(func.count()).select_from(CacheInvalidation)) == 1, "the eviction is owed"
+
+    # Only B serves from now on: the debt is in the database, not only in A's memory.
+    time.sleep(OUTAGE_SYNC_S * 1.5)
+    assert tweet_texts(bob.get("/tweets/")) == ["while A was cut off"]
+    assert stored(apps[B], alices_page) != ()
+    with apps[B].app_context():
+        assert db.session.scalar(select(func.count()).select_from(CacheInvalidation)) == 0, "the debt is paid"
+
+    apps[A].extensions["tweepy_cache"] = reachable
+    assert tweet_texts(alice.get("/users/alice/")) == ["while A was cut off"]
+
+
+# --- gevent ----------------------------------------------------------------------------
+
+GREENLETS = 6
+WAIT_S = 0.3
+
+# As uWSGI's gevent-early-monkey-patch does: gevent patches the standard library, then the app loads.
+CONCURRENT_WAITS = textwrap.dedent(
+    """
+    import sys
+
+    from gevent import monkey
+
+    if sys.argv[4] == "patched":
+        monkey.patch_all()
+
+    import json, secrets, time
+
+    import gevent
+
+    from tweepy import create_app
+
+    url, greenlets, wait_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    app = create_app({"SECRET_KEY": "x", "CACHE": "redis", "CACHE_URL": url, "CACHE_TIMEOUT_S": 5.0})
+    client = app.extensions["tweepy_cache"].client
+    client.ping()  # one connection made before the clock starts
+    empty = f"tweepy-test:gevent:{secrets.token_hex(4)}"  # a list nobody pushes to: BLPOP waits its timeout
+
+    started = time.perf_counter()
+    gevent.joinall([gevent.spawn(client.blpop, [empty], wait_s) for _ in range(greenlets)], raise_error=True)
+    print(json.dumps({"seconds": time.perf_counter() - started}))
+    """
+)
+
+
+def concurrent_waits(tmp_path, patching: str) -> float:
+    completed = subprocess.run(
+        [sys.executable, "-c", CONCURRENT_WAITS, redis_url(), str(GREENLETS), str(WAIT_S), patching],
+        env={**os.environ, "TWEEPY_INSTANCE_PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.splitlines()[-1])["seconds"]
+
+
+def test_redis_lets_other_greenlets_run_while_it_waits_under_gevent(tmp_path):
+    """redis-py talks through the socket module: once gevent has patched it, a wait yields to the hub."""
+    seconds = concurrent_waits(tmp_path, "patched")
+    assert seconds < GREENLETS * WAIT_S / 2, f"{GREENLETS} waits of {WAIT_S} s took {seconds:.2f} s"
+
+
+def test_redis_without_gevents_patches_would_serialize_the_greenlets(tmp_path):
+    """Why the stage runner patches early: unpatched, every wait for Redis blocks the whole hub."""
+    assert concurrent_waits(tmp_path, "unpatched") >= GREENLETS * WAIT_S * 0.9
