@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers.browser import Browser, sign_up
+from helpers.browser import sign_up
 from helpers.pages import form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
 from helpers.stored import add_follow, add_tweets, add_users, user_id
+from helpers.worlds import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
 
 from tweepy import queries
 from tweepy.cache import cache
@@ -23,26 +24,6 @@ A, B = 0, 1
 # Long enough that only read-your-writes, not the periodic sync, can explain a fresh page.
 NEVER = 600.0
 SYNC_INTERVAL = 0.2
-
-
-class OnePersonsBrowser:
-    """One browser, one cookie jar, its requests spread over several processes."""
-
-    def __init__(self, *apps):
-        self.browsers = [Browser(app.test_client()) for app in apps]
-        self.last = self.browsers[0]
-
-    def on(self, process: int) -> Browser:
-        """The browser as the given process sees it: carrying the session cookie the last one set."""
-        browser = self.browsers[process]
-        if browser is not self.last:
-            cookie = self.last.client.get_cookie("session")
-            if cookie is None:
-                browser.client.delete_cookie("session")
-            else:
-                browser.client.set_cookie("session", cookie.value)
-            self.last = browser
-        return browser
 
 
 @pytest.fixture
@@ -55,12 +36,6 @@ def two_processes(make_app):
 
 def cached_keys(app) -> set[str]:
     return set(app.extensions["tweepy_cache"].entries)
-
-
-def warm(browser: Browser, path: str):
-    """Read a page until its process serves it from the cache (its first request replays the log first)."""
-    browser.get(path)
-    return browser.get(path)
 
 
 # --- read-your-writes -------------------------------------------------------
@@ -185,41 +160,6 @@ def test_reader_sees_deletes_and_new_users_within_staleness_bound(two_processes)
 
 
 # --- a cached page is the page ----------------------------------------------
-
-PAGES = ["/tweets/", "/users/", "/users/alice/", "/users/bob/", "/users/carol/"]
-
-
-def each_write_of_a_small_world(app):
-    """alice, bob and carol sign up on ``app`` and write; yields once before their writes and after each."""
-    alice, bob, carol = sign_up(app, "alice"), sign_up(app, "bob"), sign_up(app, "carol")
-    people = {"alice": alice, "bob": bob}
-    for browser in people.values():
-        browser.get("/tweets/")  # the welcome message is shown once, on whichever page comes first
-
-    def post(who, url, data=None):
-        return lambda: who.post(url, data)
-
-    def delete_newest_of_bob():
-        return bob.post(f"/tweets/{tweet_ids(bob.get('/users/bob/'))[0]}/delete")
-
-    yield people
-    for write in [
-        post(bob, "/tweets/", {"tweet": "bob 1"}),
-        post(carol, "/tweets/", {"tweet": "carol 1"}),
-        post(alice, "/tweets/", {"tweet": "alice 1"}),
-        post(alice, "/users/bob/follow"),
-        post(alice, "/users/carol/follow"),
-        lambda: sign_up(app, "dave").post("/tweets/", {"tweet": "dave 1"}),
-        post(bob, "/tweets/", {"tweet": "bob 2"}),
-        post(bob, "/tweets/", {"tweet": "bob oops"}),
-        delete_newest_of_bob,
-        post(alice, "/users/carol/unfollow"),
-        post(carol, "/users/alice/follow"),
-        post(bob, "/users/alice/follow"),
-    ]:
-        assert write().status_code == 303
-        yield people
-
 
 CACHED = {"CACHE": "local", "TIMELINE_FROM_CACHED_PAGES": True, "FRAGMENT_CACHE": True}
 

@@ -12,145 +12,14 @@ from __future__ import annotations
 
 import ast
 import inspect
-import tempfile
 from pathlib import Path
 
 import pytest
-from flask_migrate import upgrade
-from helpers.stored import FAST_BCRYPT, PASSWORD_HASH
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
-from sqlalchemy import select
+from helpers.invalidation import QUICK, InvalidationWorld, possible_args
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
 
-from tweepy import cache, create_app, errors, queries, writes
-from tweepy.extensions import db
-from tweepy.models import Tweet, User
-
-NAMES = ["ann", "bob", "cy", "dee", "Eve"]  # "cy" is too short: registering it is refused before any write
-PAGE_SIZE = 2  # small pages, so every registration changes one
-
-
-def possible_args(user_ids: list[int]) -> dict[str, list[tuple]]:
-    """Every argument each cached read can be asked for, ids and names that do not exist included."""
-    ids = [*user_ids, max(user_ids, default=0) + 1]
-    names = [*NAMES, *(n.upper() for n in NAMES), "nobody", "K\u212aelvin"]
-    pages = range(1, len(ids) // PAGE_SIZE + 3)
-    return {
-        "user": [(i,) for i in ids],
-        "user_named": [(n,) for n in names],
-        "following": [(i,) for i in ids],
-        "newest_tweets_by": [(i,) for i in ids],
-        "users_page": [(p,) for p in pages],
-    }
-
-
-class InvalidationWorld(RuleBasedStateMachine):
-    def __init__(self) -> None:
-        super().__init__()
-        folder = Path(tempfile.mkdtemp(prefix="tweepy-invalidation-"))
-        self.app = create_app(
-            {
-                "DATABASE_URL": f"sqlite:///{folder / 'tweepy.sqlite3'}",
-                "INSTANCE_PATH": str(folder / "instance"),
-                "SECRET_KEY": "test-secret",
-                "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
-                "TESTING": True,
-                "CACHE": "local",
-                "CACHE_SYNC_INTERVAL": 3600.0,
-                "PAGE_SIZE": PAGE_SIZE,
-            }
-        )
-        self.context = self.app.app_context()
-        self.context.push()
-        upgrade()
-
-    def teardown(self) -> None:
-        db.session.remove()
-        self.context.pop()
-
-    def user_ids(self) -> list[int]:
-        return list(db.session.scalars(select(User.id).order_by(User.id)))
-
-    def tweets(self) -> list[tuple[int, int]]:
-        return list(db.session.execute(select(Tweet.id, Tweet.author_id).order_by(Tweet.id)))
-
-    def finish(self) -> None:
-        db.session.close()  # as at the end of a request
-
-    # --- the writes ---------------------------------------------------------------
-
-    @rule(name=st.sampled_from(NAMES))
-    def register(self, name: str) -> None:
-        if queries.is_possible_name(name):
-            try:
-                writes.register(name, f"{name}@example.com", PASSWORD_HASH, "192.0.2.1")
-            except errors.Taken:
-                pass
-        self.finish()
-
-    @precondition(lambda self: self.user_ids())
-    @rule(data=st.data())
-    def post_tweet(self, data) -> None:
-        author = data.draw(st.sampled_from(self.user_ids()))
-        writes.post_tweet(author, f"tweet {len(self.tweets())}")
-        self.finish()
-
-    @precondition(lambda self: self.tweets())
-    @rule(data=st.data())
-    def delete_tweet(self, data) -> None:
-        tweet_id, author = data.draw(st.sampled_from(self.tweets()))
-        writes.delete_tweet(author, tweet_id)
-        self.finish()
-
-    @precondition(lambda self: len(self.user_ids()) >= 2)
-    @rule(data=st.data())
-    def follow(self, data) -> None:
-        follower, followed = data.draw(st.permutations(self.user_ids()))[:2]
-        writes.follow(follower, followed)
-        self.finish()
-
-    @precondition(lambda self: self.user_ids())
-    @rule(data=st.data())
-    def end_sessions(self, data) -> None:
-        writes.end_sessions(data.draw(st.sampled_from(self.user_ids())))
-        self.finish()
-
-    @rule(name=st.sampled_from([*NAMES, "not a name"]))
-    def note_failed_login(self, name: str) -> None:
-        writes.note_failed_login(name, "192.0.2.1")
-        self.finish()
-
-    @precondition(lambda self: len(self.user_ids()) >= 2)
-    @rule(data=st.data())
-    def unfollow(self, data) -> None:
-        follower, followed = data.draw(st.permutations(self.user_ids()))[:2]
-        writes.unfollow(follower, followed)
-        self.finish()
-
-    # --- the check ----------------------------------------------------------------
-
-    @invariant()
-    def every_kept_entry_is_what_the_database_says_then_everything_is_read_again(self) -> None:
-        kept = self.app.extensions["tweepy_cache"].entries
-        for name, arguments in possible_args(self.user_ids()).items():
-            read = cache.READS[name]
-            for args in arguments:
-                key = read.key(*args)
-                if key in kept:
-                    fresh = read.uncached(*read.canonical(*args))
-                    assert kept[key] == fresh, f"{key} is stale: a write changed it without forgetting it"
-                read(*args)  # keep it for the next write to make stale
-        self.finish()
-
-
-# What hypothesis may try: enough for every write to hit every read, small enough to stay quick.
-QUICK = settings(
-    max_examples=30,
-    stateful_step_count=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+from tweepy import cache, queries, writes
 
 
 def test_no_write_leaves_a_stale_entry_in_the_cache():

@@ -28,14 +28,14 @@ import pytest
 import redis
 from flask_migrate import upgrade
 from helpers.browser import sign_up
+from helpers.invalidation import QUICK, InvalidationWorld
 from helpers.pages import form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
 from helpers.postgres import fresh_database
 from helpers.services import redis_url
 from helpers.stored import FAST_BCRYPT, user_id
+from helpers.worlds import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
 from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy import func, insert, select
-from test_cache import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
-from test_invalidation import QUICK, InvalidationWorld
 
 from tweepy import config, create_app, queries, writes
 from tweepy.cache import CLAIM_TTL_MS, RedisCache, cache, forget

@@ -16,20 +16,20 @@ from helpers.http import logged_in, worker_of
 from helpers.postgres import fresh_database
 from sqlalchemy import create_engine, func, select
 
-from tools import postgres, stages
+from tools import services, stages
 from tweepy.models import Tweet
 
 
 def test_the_connection_budget_fits_when_all_pools_stay_below_the_servers_limit_less_a_reserve():
-    fits, line = postgres.budget(max_connections=100, processes=4, per_process=10)
+    fits, line = services.budget(max_connections=100, processes=4, per_process=10)
     assert fits and "= 40" in line and "= 90" in line
-    assert not postgres.budget(max_connections=100, processes=10, per_process=10)[0]
+    assert not services.budget(max_connections=100, processes=10, per_process=10)[0]
 
 
 def test_the_scale_out_stage_fits_the_default_postgresql_limit():
     stage = stages.get_stage(7)
     processes = stage.nodes * stage.processes
-    assert postgres.budget(100, processes, stages.pool_of(stage, {}))[0]
+    assert services.budget(100, processes, stages.pool_of(stage, {}))[0]
 
 
 def test_nginx_spreads_requests_over_one_server_a_node(tmp_path):

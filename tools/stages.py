@@ -34,7 +34,7 @@ VAR = ROOT / "var"
 BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
-from tools import postgres  # noqa: E402
+from tools import services  # noqa: E402
 from tweepy.config import SETTINGS, Setting  # noqa: E402
 
 # How a stage is served: read here, never by the app.
@@ -52,7 +52,13 @@ APP_SETTING_NAMES = {f"TWEEPY_{s.name}" for s in SETTINGS}
 SERVING_DEFAULTS = {f"TWEEPY_{s.name}": str(s.default) for s in SERVING_SETTINGS}
 # App settings a caller's environment may pass through to a stage; every other
 # TWEEPY_* variable is dropped, so a stage measures what its folder says.
-PASSED_THROUGH = {"TWEEPY_DATABASE_URL", "TWEEPY_SECRET_KEY", "TWEEPY_INSTANCE_PATH", "TWEEPY_BCRYPT_LOG_ROUNDS"}
+PASSED_THROUGH = {
+    "TWEEPY_DATABASE_URL",
+    "TWEEPY_CACHE_URL",
+    "TWEEPY_SECRET_KEY",
+    "TWEEPY_INSTANCE_PATH",
+    "TWEEPY_BCRYPT_LOG_ROUNDS",
+}
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -169,10 +175,12 @@ def stage_env(stage: Stage, port: int, extra: dict[str, str] | None = None) -> d
 
 def prepare_database(stage: Stage, env: dict[str, str], seed: list[str] | None = None) -> None:
     """Bring the schema to the stage's revision, and seed the database if it is empty."""
+    if (env.get("TWEEPY_CACHE") or stage.app_setting("CACHE")) == "redis":
+        services.ensure_redis(env.get("TWEEPY_CACHE_URL") or stage.app_setting("CACHE_URL"))
     url = env.get("TWEEPY_DATABASE_URL", "")
     if url.startswith("postgresql"):
-        postgres.ensure_database(url)
-        postgres.check_connection_budget(url, stage.nodes * stage.processes, pool_of(stage, env))
+        services.ensure_database(url)
+        services.check_connection_budget(url, stage.nodes * stage.processes, pool_of(stage, env))
     flask = [str(BIN / "flask"), "--app", "tweepy"]
     subprocess.run([*flask, "schema", stage.get("SCHEMA_REVISION")], env=env, cwd=ROOT, check=True)
     if seed is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import bcrypt
 
-from tools import postgres, stages
+from tools import services, stages
 from tools.bench.figures import protocol_qps_bound
 from tools.bench.plan import Plan, locust_command, search_time_limit, shape_environment, spawn_rate
 from tools.bench.procfs import cpu_seconds, process_tree
@@ -203,7 +203,7 @@ def tiers_of(running: stages.Running) -> dict[str, list[int]]:
     tiers["app"] = [p.pid for name, p in running.children if name != "nginx"]
     url = running.stage.app_setting("DATABASE_URL")
     if url.startswith("postgresql"):
-        tiers["postgresql"] = [postgres.postmaster_pid(url)]
+        tiers["postgresql"] = [services.postmaster_pid(url)]
     return {name: pids for name, pids in tiers.items() if pids}
 
 
@@ -290,7 +290,7 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
     seed = None
     if stage.app_setting("DATABASE_URL").startswith("postgresql"):
         # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
-        database_url = postgres.recreate_database(stage.app_setting("DATABASE_URL"), "tweepy_bench")
+        database_url = services.recreate_database(stage.app_setting("DATABASE_URL"), "tweepy_bench")
         seed = ["--users", str(plan.users), "--tweets", str(plan.tweets), "--follows", str(plan.follows)]
     else:
         database_url = f"sqlite:///{fresh_copy(master, WORK / 'bench.sqlite3')}"

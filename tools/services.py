@@ -1,5 +1,8 @@
-"""What a stage on PostgreSQL needs before it starts: a server that answers, its database, and
-a connection budget the server can honour.
+"""What a stage on PostgreSQL and Redis needs before it starts: servers that answer, its
+database, and a connection budget the database server can honour.
+
+A stopped local server is started (``scripts/services``, with the machine's own commands);
+one that cannot be reached is one clear line saying what to install or point at.
 
 The connection budget: every app process keeps a pool of ``DB_POOL_SIZE``
 connections and may open ``DB_POOL_OVERFLOW`` more, so all nodes together may
@@ -104,3 +107,24 @@ def postmaster_pid(url: str) -> int:
     with _connect(url, "postgres") as connection:
         data_directory = connection.execute("SHOW data_directory").fetchone()[0]
     return int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
+
+
+def redis_reachable(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+def ensure_redis(url: str) -> None:
+    """A Redis answering at ``url``: a stopped local one is started; anything else is one clear line."""
+    if redis_reachable(url):
+        return
+    if make_url(url).host in LOCAL and (ROOT / "scripts" / "services").exists():
+        subprocess.run([str(ROOT / "scripts" / "services")], check=False)
+        if redis_reachable(url):
+            return
+    shown = make_url(url).render_as_string(hide_password=True)
+    raise SystemExit(f"Redis at {shown} does not answer: install it (apt-get install redis-server) or set TWEEPY_CACHE_URL")
