@@ -447,11 +447,15 @@ def test_a_session_cookie_copied_before_log_out_is_dead_after_it(served):
 # --- throttling through the stack -------------------------------------------------------------
 
 
+HASH_WAIT_S = 0.5
+
+
 @pytest.fixture(scope="module")
 def throttled(tmp_path_factory):
     """Stage 4 with nobody unthrottled and bcrypt at its real cost, so a hash takes visible time."""
     folder = tmp_path_factory.mktemp("throttled")
-    with start_stage(4, folder, BCRYPT_LOG_ROUNDS="12", REGISTRATIONS_PER_ADDRESS="2") as running:
+    settings = {"BCRYPT_LOG_ROUNDS": "12", "REGISTRATIONS_PER_ADDRESS": "2", "HASH_WAIT_S": str(HASH_WAIT_S)}
+    with start_stage(4, folder, **settings) as running:
         yield running
 
 
@@ -488,3 +492,20 @@ def test_one_address_may_register_only_so_many_accounts(throttled):
     assert "Too many new accounts from your address." in errors(refused)[0]
     assert row_counts(throttled)["users"] == before + 2
     assert took < min(seconds for _, seconds in made) / 2
+
+
+def test_logins_that_cannot_be_hashed_in_time_get_503_and_retry_after(throttled):
+    """Three times as many logins at once as there are workers: those that would wait for a
+    hash longer than HASH_WAIT_S get 503 and Retry-After instead of waiting."""
+    names = [f"user{n}" for n in range(12, 12 + 3 * throttled.stage.processes)]
+    visitors = [Visitor(throttled.url) for _ in names]
+    for visitor in visitors:
+        visitor.get("/")
+    with ThreadPoolExecutor(len(names)) as pool:
+        answers = list(pool.map(lambda pair: timed(lambda: pair[0].login(pair[1])), zip(visitors, names, strict=True)))
+    statuses = [answer.status_code for answer, _ in answers]
+    assert set(statuses) <= {303, 503} and 303 in statuses and 503 in statuses, statuses
+    for answer, _ in answers:
+        if answer.status_code == 503:
+            assert int(answer.headers["Retry-After"]) >= 1
+            assert "try again in a few seconds" in errors(answer)[0]
