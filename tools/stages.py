@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,6 +126,9 @@ class Stage:
             str(var / "uwsgi.sock"),
             "--pidfile",
             str(var / "uwsgi.pid"),
+            # Commands to the master ("c": reload the workers one by one), for Running.reload_app_servers().
+            "--master-fifo",
+            str(var / "uwsgi.fifo"),
             "--processes",
             str(self.processes),
             # uWSGI does not expand $(VAR) in 'listen', so the queue length comes this way too.
@@ -243,6 +247,18 @@ def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
     return conf
 
 
+def children_of(parent: int) -> list[int]:
+    """The pids of a process's children, read from /proc (Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+        except OSError:
+            continue  # it exited while we looked
+    return sorted(found)
+
+
 @dataclass
 class Running:
     stage: Stage
@@ -260,6 +276,36 @@ class Running:
             text = (self.var / f"{name}.log").read_text(errors="replace")
             tails.append(f"--- {name}.log ---\n{text[-characters:]}")
         return "\n".join(tails)
+
+    def process(self, name: str) -> subprocess.Popen:
+        """The server named ``name`` ("nginx", "uwsgi" or "dev"): its master process."""
+        return next(process for child, process in self.children if child == name)
+
+    def workers(self) -> list[int]:
+        """The pids of uWSGI's workers: the master's children, which it respawns when one dies."""
+        return children_of(self.process("uwsgi").pid)
+
+    def ready_workers(self) -> list[int]:
+        """The uWSGI workers that have loaded the app (lazy-apps: each after its fork), from uWSGI's log."""
+        log = (self.var / "uwsgi.log").read_text(errors="replace")
+        ready = {int(pid) for pid in re.findall(r"WSGI app \d+ \(mountpoint='[^']*'\) ready in .* pid: (\d+)", log)}
+        return [pid for pid in self.workers() if pid in ready]
+
+    def front_workers(self) -> list[int]:
+        """The pids of nginx's workers (old ones finishing their requests after a reload included)."""
+        return children_of(self.process("nginx").pid)
+
+    def reload_app_servers(self) -> None:
+        """Ask uWSGI for a chain reload: one worker at a time finishes its requests, exits and
+        is replaced (lazy-apps load the app afresh), the next only once its replacement is ready,
+        so the others keep serving throughout. Returns at once; watch ``workers()`` to see it done."""
+        with open(self.var / "uwsgi.fifo", "w") as fifo:
+            fifo.write("c")
+
+    def reload_front(self) -> None:
+        """Ask nginx to reload: new workers start with the config re-read, old ones finish
+        the requests they have and close their idle connections. Returns at once."""
+        self.process("nginx").send_signal(signal.SIGHUP)
 
     def stop(self) -> None:
         # Front first: nginx stops taking requests, then the app servers go.

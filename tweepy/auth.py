@@ -38,7 +38,9 @@ def load_user(session_id: str) -> CurrentUser | None:
     user_id, _, epoch = session_id.partition(".")
     if not (user_id.isdigit() and epoch.isdigit()):
         return None
-    account = queries.account_of(int(user_id))
+    # Read from the database, not the cache: another process replays a log out only at its
+    # next sync, and until then a copy of the cookie would still be let in there.
+    account = queries.account_of.uncached(int(user_id))
     if account is None or account.session_epoch != int(epoch):
         return None  # logged out since this cookie was issued
     return CurrentUser(account)
