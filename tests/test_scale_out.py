@@ -58,6 +58,7 @@ def scaled_out(tmp_path):
             "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
             "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
             "TWEEPY_WORKER_HEADER": "true",
+            "TWEEPY_CACHE_KEY_PREFIX": f"tweepy-test-{uuid.uuid4().hex[:8]}:",
         }
         seed = ["--users", "20", "--tweets", "100", "--follows", "3"]
         with stages.start(stage, port=stages.free_port(), var=tmp_path / "var", env=env, seed=seed) as running:

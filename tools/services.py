@@ -127,4 +127,6 @@ def ensure_redis(url: str) -> None:
         if redis_reachable(url):
             return
     shown = make_url(url).render_as_string(hide_password=True)
-    raise SystemExit(f"Redis at {shown} does not answer: install it (apt-get install redis-server) or set TWEEPY_CACHE_URL")
+    raise SystemExit(
+        f"Redis at {shown} does not answer: install it (apt-get install redis-server) or set TWEEPY_CACHE_URL"
+    )

@@ -11,6 +11,7 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_login import UserMixin, current_user, login_user, logout_user
 
 from . import queries, throttle, writes
+from .cache import cache
 from .errors import Busy, Taken, TooMany
 from .extensions import login_manager
 from .forms import LoginForm, RegisterForm
@@ -38,9 +39,10 @@ def load_user(session_id: str) -> CurrentUser | None:
     user_id, _, epoch = session_id.partition(".")
     if not (user_id.isdigit() and epoch.isdigit()):
         return None
-    # Read from the database, not the cache: another process replays a log out only at its
-    # next sync, and until then a copy of the cookie would still be let in there.
-    account = queries.account_of.uncached(int(user_id))
+    # A log out must end every copy of the cookie at once: from the cache only when every
+    # process sees its eviction at once, else from the database.
+    read = queries.account_of if cache().fresh_everywhere else queries.account_of.uncached
+    account = read(int(user_id))
     if account is None or account.session_epoch != int(epoch):
         return None  # logged out since this cookie was issued
     return CurrentUser(account)

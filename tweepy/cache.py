@@ -125,6 +125,8 @@ class ReadCache(Protocol):
     """What the app asks of a read cache."""
 
     enabled: bool
+    # Whether a committed write is seen at once by every process (else within the staleness bound).
+    fresh_everywhere: bool
 
     def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         """The value kept under ``key``, or ``compute()``'s, kept if ``keep`` says so and it is still valid."""
@@ -167,6 +169,7 @@ class NoCache:
     """Every read goes to the database; nothing to forget."""
 
     enabled = False
+    fresh_everywhere = True
 
     def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         return compute()
@@ -197,6 +200,8 @@ class LocalCache:
     """A per-process TTL cache, bounded in bytes, kept fresh by replaying the invalidation log."""
 
     enabled = True
+    # Other processes see a write only at their next sync, up to CACHE_SYNC_INTERVAL later.
+    fresh_everywhere = False
 
     def __init__(self, max_bytes: int, ttl: float, sync_interval: float) -> None:
         self.entries: cachetools.TTLCache = cachetools.TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=size_of)
@@ -317,6 +322,8 @@ class RedisCache:
     """One cache in Redis for every process of every node; see the module docstring for why it stays fresh."""
 
     enabled = True
+    # Every process reads the one copy, evicted as soon as a write commits.
+    fresh_everywhere = True
 
     def __init__(self, url: str, prefix: str, ttl: float, timeout: float, sync_interval: float) -> None:
         import redis

@@ -60,7 +60,7 @@ def _tweet_rows(query) -> tuple[TweetRow, ...]:
 
 @memoized("user")
 def account_of(user_id: int) -> Account | None:
-    """The logged-in user of a session, read on every request (so cached)."""
+    """The logged-in user of a session, read on every request (cached where a log out is seen everywhere at once)."""
     row = db.session.execute(select(User.id, User.name, User.session_epoch).where(User.id == user_id)).one_or_none()
     return Account(*row) if row else None
 

@@ -300,6 +300,8 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
         "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
         # The load generator plays thousands of people from one address: counted, never refused by address.
         "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
+        # A fresh database gets fresh keys in a shared Redis (stages caching there).
+        "TWEEPY_CACHE_KEY_PREFIX": f"tweepy-bench-{time.time_ns()}:",
     }
     var = WORK / f"stage{number}"
     shutil.rmtree(var, ignore_errors=True)
