@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # The best single-machine stage; on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test lint format bench profile locust clean
+.PHONY: help setup run stop test lint format bench profile soak locust clean
 .DEFAULT_GOAL := help
 
 help:
@@ -17,6 +17,7 @@ help:
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
 	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1)"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
+	@echo "make soak            the default stage under the protocol for minutes, memory sampled (USERS=, MINUTES=)"
 	@echo "make locust          locust's web UI against the stage make run serves"
 
 # One stamp per purpose: `make run` needs less than `make test`.
@@ -60,6 +61,9 @@ test: lint
 
 profile: $(VENV)/.installed-bench
 	@$(PY) -m tools.profile $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(SECONDS),--seconds $(SECONDS))
+
+soak: $(VENV)/.installed-bench
+	@$(PY) -m tools.soak $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(MINUTES),--minutes $(MINUTES))
 
 bench: $(VENV)/.installed-bench
 	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick)

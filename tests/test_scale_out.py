@@ -128,3 +128,13 @@ def reaches_node(visitor, master_pid: int, within: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_the_soak_budget_is_the_caches_of_every_process_of_the_stage():
+    from tools import soak
+
+    six, four, two = stages.get_stage(6), stages.get_stage(4), stages.get_stage(2)
+    per_process = (256 + 64) * 1.0  # CACHE_BYTES and FRAGMENT_CACHE_BYTES, MiB
+    assert soak.budget_mb(six) == six.processes * per_process
+    assert soak.budget_mb(four) == 4 * per_process
+    assert soak.budget_mb(two) == 0
