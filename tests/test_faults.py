@@ -70,7 +70,7 @@ class WriteAudit:
             try:
                 status = me.post("/tweets/", {"tweet": text}).status_code
             except requests.RequestException as error:
-                status = type(error).__name__
+                status = f"{type(error).__name__}: {str(error)[:120]}"
             with self.lock:
                 if status == 303:
                     self.acknowledged.add(text)

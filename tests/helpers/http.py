@@ -17,8 +17,19 @@ class Visitor:
         self.http = requests.Session()
         self.token: str | None = None
 
+    def _send(self, method: str, path: str, **kwargs) -> requests.Response:
+        """Send once more on a new connection when a kept-alive one was closed before any answer,
+        as browsers do: the server closed it idle (nginx does, reloading) and never saw the request
+        (a server that fails a request it read answers, with a 502 from nginx)."""
+        try:
+            return self.http.request(method, self.base + path, allow_redirects=False, timeout=30, **kwargs)
+        except requests.ConnectionError as error:
+            if "Connection aborted." not in str(error):
+                raise
+            return self.http.request(method, self.base + path, allow_redirects=False, timeout=30, **kwargs)
+
     def get(self, path: str) -> requests.Response:
-        response = self.http.get(self.base + path, allow_redirects=False, timeout=30)
+        response = self._send("GET", path)
         token = find_csrf_token(response.text)
         if token:
             self.token = token
@@ -28,7 +39,7 @@ class Visitor:
         fields = dict(data or {})
         if token:
             fields["csrf_token"] = self.token
-        return self.http.post(self.base + path, data=fields, allow_redirects=False, timeout=30)
+        return self._send("POST", path, data=fields)
 
     def login(self, name: str, password: str = SEED_PASSWORD) -> requests.Response:
         self.get("/")
