@@ -130,3 +130,10 @@ def ensure_redis(url: str) -> None:
     raise SystemExit(
         f"Redis at {shown} does not answer: install it (apt-get install redis-server) or set TWEEPY_CACHE_URL"
     )
+
+
+def redis_pid(url: str) -> int:
+    """The Redis server's process (for measuring its CPU)."""
+    import redis
+
+    return int(redis.Redis.from_url(url).info("server")["process_id"])

@@ -198,12 +198,15 @@ def _cpu_of(generator_pid: int, running: stages.Running) -> dict:
 
 def tiers_of(running: stages.Running) -> dict[str, list[int]]:
     """The processes of each tier a request goes through: the front, the app nodes, and the
-    database server when it is one (SQLite runs inside the app processes)."""
+    database and cache servers when they are servers (SQLite and a local cache run inside the
+    app processes)."""
     tiers = {"front": [p.pid for name, p in running.children if name in ("nginx",)]}
     tiers["app"] = [p.pid for name, p in running.children if name != "nginx"]
     url = running.stage.app_setting("DATABASE_URL")
     if url.startswith("postgresql"):
         tiers["postgresql"] = [services.postmaster_pid(url)]
+    if running.stage.app_setting("CACHE") == "redis":
+        tiers["redis"] = [services.redis_pid(running.stage.app_setting("CACHE_URL"))]
     return {name: pids for name, pids in tiers.items() if pids}
 
 
