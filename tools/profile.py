@@ -126,15 +126,8 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     measure.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
     bound = measure.bcrypt_bound(plan.bcrypt_cost, 2)
-    master = measure.seeded_master(plan)
-    database = measure.fresh_copy(master, measure.WORK / "profile.sqlite3")
-    env = {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
-        "TWEEPY_INSTANCE_PATH": str(measure.WORK / "instance"),
-        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
-    }
-    rate = max(1.0, round(0.5 * bound["hashes_per_s"], 1))
+    env = measure.bench_data_environment(plan, "profile")
+    rate = max(1.0, round(plan.spawn_share * bound["hashes_per_s"], 1))
     ramp = users / rate
     with stages.start(stage, port=stages.free_port(), var=out / "var", env=env) as running:
         roots = [process.pid for _, process in running.children]

@@ -44,20 +44,22 @@ def reachable(url: str) -> bool:
         return False
 
 
-def ensure_server(url: str) -> None:
-    """A server answering at ``url``: a stopped local one is started; anything else is one clear line."""
-    if reachable(url):
+def _ensure(service: str, url: str, answers, remedy: str) -> None:
+    """``service`` answering at ``url``: a stopped local one is started; anything else is one clear line."""
+    if answers(url):
         return
-    host = make_url(url).host
-    if host in LOCAL and (ROOT / "scripts" / "services").exists():
+    if make_url(url).host in LOCAL and (ROOT / "scripts" / "services").exists():
         subprocess.run([str(ROOT / "scripts" / "services")], check=False)
-        if reachable(url):
+        if answers(url):
             return
-    shown = make_url(url).render_as_string(hide_password=True)
-    raise SystemExit(
-        f"PostgreSQL at {shown} does not answer: install it (apt-get install postgresql) "
-        "or point TWEEPY_DATABASE_URL at a running server"
-    )
+    raise SystemExit(f"{service} at {make_url(url).render_as_string(hide_password=True)} does not answer: {remedy}")
+
+
+def ensure_server(url: str) -> None:
+    _ensure(
+        "PostgreSQL", url, reachable,
+        "install it (apt-get install postgresql) or point TWEEPY_DATABASE_URL at a running server",
+    )  # fmt: skip
 
 
 def ensure_database(url: str) -> None:
@@ -119,17 +121,7 @@ def redis_reachable(url: str) -> bool:
 
 
 def ensure_redis(url: str) -> None:
-    """A Redis answering at ``url``: a stopped local one is started; anything else is one clear line."""
-    if redis_reachable(url):
-        return
-    if make_url(url).host in LOCAL and (ROOT / "scripts" / "services").exists():
-        subprocess.run([str(ROOT / "scripts" / "services")], check=False)
-        if redis_reachable(url):
-            return
-    shown = make_url(url).render_as_string(hide_password=True)
-    raise SystemExit(
-        f"Redis at {shown} does not answer: install it (apt-get install redis-server) or set TWEEPY_CACHE_URL"
-    )
+    _ensure("Redis", url, redis_reachable, "install it (apt-get install redis-server) or set TWEEPY_CACHE_URL")
 
 
 def redis_pid(url: str) -> int:

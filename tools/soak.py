@@ -44,14 +44,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
     plan = make_plan([stage_number], quick=False, environ=os.environ)
     stage = stages.get_stage(stage_number)
     out.mkdir(parents=True, exist_ok=True)
-    master = measure.seeded_master(plan)
-    database = measure.fresh_copy(master, measure.WORK / "soak.sqlite3")
-    env = {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
-        "TWEEPY_INSTANCE_PATH": str(measure.WORK / "instance"),
-        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
-    }
+    env = measure.bench_data_environment(plan, "soak")
     rate = 4.0  # first logins a second: well within what the machine hashes
     ramp = users / rate
     samples = []
