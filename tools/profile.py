@@ -129,7 +129,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     env = measure.bench_data_environment(plan, "profile")
     rate = max(1.0, round(plan.spawn_share * bound["hashes_per_s"], 1))
     ramp = users / rate
-    with stages.start(stage, port=stages.free_port(), var=out / "var", env=env) as running:
+    with stages.start(stage, port=stages.free_port(), var=measure.WORK / "profile-var", env=env) as running:
         roots = [process.pid for _, process in running.children]
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),

@@ -48,7 +48,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
     rate = 4.0  # first logins a second: well within what the machine hashes
     ramp = users / rate
     samples = []
-    with stages.start(stage, port=stages.free_port(), var=out / "var", env=env) as running:
+    with stages.start(stage, port=stages.free_port(), var=measure.WORK / "soak-var", env=env) as running:
         roots = [process.pid for _, process in running.children]
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),
