@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
 from flask_login import UserMixin, current_user, login_user, logout_user
 
-from . import queries, throttle, writes
+from . import queries, site, throttle, writes
 from .cache import cache
 from .errors import Busy, Taken, TooMany
 from .extensions import login_manager
@@ -56,8 +56,7 @@ def start_session(account: queries.Account) -> None:
 def refused_form(template: str, form, field, refusal: TooMany):
     """The form again, saying why it was refused and when to try again (429, or 503 when busy)."""
     field.errors.append(str(refusal))
-    status = 503 if isinstance(refusal, Busy) else 429
-    return render_template(template, form=form), status, {"Retry-After": str(refusal.retry_after)}
+    return render_template(template, form=form), site.status_of(refusal), site.retry_after(refusal)
 
 
 @bp.route("/", methods=["GET", "POST"])

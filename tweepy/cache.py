@@ -516,11 +516,14 @@ class CachedRead(Generic[P, R]):
         functools.update_wrapper(self, read)
 
     def key(self, *args: Hashable) -> CacheKey:
-        return CacheKey(":".join((self.name, *map(str, self.canonical(*args)))))
+        return self._key_of(self.canonical(*args))
+
+    def _key_of(self, canonical: tuple) -> CacheKey:
+        return CacheKey(":".join((self.name, *map(str, canonical))))
 
     def __call__(self, *args: Hashable) -> R:
         canonical = self.canonical(*args)
-        return cache().get_or_compute(self.key(*args), lambda: self.uncached(*canonical), self.keep)
+        return cache().get_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
 
     def __repr__(self) -> str:
         return f"<cached read {self.name}>"

@@ -25,7 +25,6 @@ from flask_wtf.csrf import generate_csrf
 from markupsafe import Markup
 
 TEMPLATE = "_macros.html"
-MACRO = "tweet_item"
 
 
 def entry_bytes(html: str) -> int:
@@ -50,15 +49,19 @@ def init_app(app: Flask) -> None:
     app.extensions["tweepy_fragments"] = rendered
     macro = {}
 
-    def rendered_tweet(tweet) -> Markup:
+    def tweet_item():
+        """The macro, loaded on first use with the digest of the very source it was compiled from."""
         if not macro:
-            # Loaded on first use, with the digest of the very source it was compiled from.
             macro["item"] = app.jinja_env.get_template(TEMPLATE).module.tweet_item
             macro["digest"] = template_digest(app)
+        return macro["item"]
+
+    def rendered_tweet(tweet) -> Markup:
+        item = tweet_item()
         key = fragment_key(macro["digest"], tweet)
         html = rendered.get(key)
         if html is None:
-            html = Markup(macro["item"](tweet, url_for("users.index")))
+            html = Markup(item(tweet, url_for("users.index")))
             if keep and entry_bytes(html) <= rendered.maxsize:
                 rendered[key] = html
         return html
@@ -69,9 +72,7 @@ def init_app(app: Flask) -> None:
         items = []
         for tweet in tweets:
             if tweet.author_id == me:
-                if "item" not in macro:
-                    rendered_tweet(tweet)  # loads the macro
-                items.append(macro["item"](tweet, url_for("users.index"), {"csrf": generate_csrf(), "next": next_url}))
+                items.append(tweet_item()(tweet, url_for("users.index"), {"csrf": generate_csrf(), "next": next_url}))
             else:
                 items.append(rendered_tweet(tweet))
         return Markup("".join(items))  # every item is Markup already: nothing to escape

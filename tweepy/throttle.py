@@ -72,9 +72,9 @@ def client_address() -> str:
 
 
 def _check(kind: str, subject: str, exempt: bool = False) -> None:
-    limit = _limits()[kind]
     if exempt:
         return
+    limit = _limits()[kind]
     if queries.recent_events(kind, subject, utcnow() - limit.window) >= limit.most:
         minutes = math.ceil(limit.window.total_seconds() / 60)
         raise TooMany(f"{limit.message} Try again in {minutes} minutes.", retry_after=int(limit.window.total_seconds()))
