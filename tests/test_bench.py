@@ -203,6 +203,20 @@ def test_the_projection_gives_no_stage_more_cores_than_it_can_run_at_once():
     assert report.parallel_processes({"server": "dev"}) == 1
     assert report.parallel_processes({"server": "uwsgi", "processes_setting": "4"}) == 4
     assert report.parallel_processes({"settings": {"TWEEPY_SERVER": "uwsgi", "TWEEPY_PROCESSES": "auto"}}) is None
+    gevent = {"TWEEPY_SERVER": "uwsgi", "TWEEPY_GEVENT": "100", "TWEEPY_BCRYPT_IN_THREADPOOL": "true"}
+    hashing_beside = {**gevent, "TWEEPY_HASHING_SLOTS": "2"}
+    assert report.parallel_processes({"settings": hashing_beside, "processes_setting": "4"}) == 12
+
+
+def test_cpu_per_hash_is_the_probes_own_measure_when_it_recorded_one():
+    assert figures.cpu_ms_per_hash({"cores": 2, "hashes_per_s": 8.0, "cpu_ms_per_hash": 241.5}) == 241.5
+    assert figures.cpu_ms_per_hash({"cores": 2, "hashes_per_s": 8.0}) == 250.0  # runs from before it did
+
+
+def test_the_bcrypt_probe_counts_the_cpu_of_its_hashes_not_the_time_to_start_its_pool():
+    probe = measure.bcrypt_bound(4, 0.2)
+    single = measure._hash_for((4, 0.2))
+    assert probe["cpu_ms_per_hash"] == pytest.approx(1000 * single[2] / single[0], rel=0.5)
 
 
 def test_projections_are_labelled_and_shown_next_to_the_talks_figures():

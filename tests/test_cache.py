@@ -3,12 +3,16 @@
 Two uWSGI workers are two app objects on one SQLite file, each with its own
 in-process cache. A person's browser keeps one session cookie whichever
 process the load balancer hands each request to. The promises (cache.py):
-the writer sees their own write at once on every process; everyone else sees
-it within CACHE_SYNC_INTERVAL; and a cached page shows what an uncached one would.
+the writer sees their own write at once on every process; with the write
+signal (CACHE_WRITE_SIGNAL), so does everyone else, and a log out ends every
+copy of the cookie at once although the user is read from the cache; without
+it, everyone else sees a write within CACHE_SYNC_INTERVAL; and a cached page
+shows what an uncached one would.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -18,7 +22,7 @@ from helpers.stored import add_follow, add_tweets, add_users, user_id
 from helpers.worlds import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
 
 from tweepy import queries
-from tweepy.cache import cache
+from tweepy.cache import LocalCache, WriteSignal, cache
 
 A, B = 0, 1
 # Long enough that only read-your-writes, not the periodic sync, can explain a fresh page.
@@ -28,14 +32,19 @@ SYNC_INTERVAL = 0.2
 
 @pytest.fixture
 def two_processes(make_app):
-    def start(sync_interval: float):
-        return [make_app(**CACHED, CACHE_SYNC_INTERVAL=sync_interval) for _ in (A, B)]
+    def start(sync_interval: float, write_signal: bool = False):
+        settings = {**CACHED, "CACHE_SYNC_INTERVAL": sync_interval, "CACHE_WRITE_SIGNAL": write_signal}
+        return [make_app(**settings) for _ in (A, B)]
 
     return start
 
 
+def cache_of(app) -> LocalCache:
+    return app.extensions["tweepy_cache"]
+
+
 def cached_keys(app) -> set[str]:
-    return set(app.extensions["tweepy_cache"].entries)
+    return set(cache_of(app).entries)
 
 
 # --- read-your-writes -------------------------------------------------------
@@ -124,7 +133,71 @@ def test_read_your_writes_holds_when_writes_alternate_between_processes(two_proc
         assert tweet_texts(alice.on(reader).get("/tweets/")) == posted
 
 
-# --- everybody else: the staleness bound -----------------------------------
+# --- everybody else, with the write signal: at once ------------------------
+
+
+def test_with_the_write_signal_a_follower_sees_a_new_tweet_on_the_other_process_at_once(two_processes):
+    apps = two_processes(NEVER, write_signal=True)
+    alice = sign_up(apps[A], "alice")
+    bob = sign_up(apps[B], "bob")  # bob's requests all go to B
+    bob.post("/users/alice/follow")
+    assert tweet_texts(warm(bob, "/tweets/")) == []
+    assert queries.newest_tweets_by.key(user_id(apps[A], "alice")) in cached_keys(apps[B])
+
+    alice.post("/tweets/", {"tweet": "hello followers"})
+    assert tweet_texts(bob.get("/tweets/")) == ["hello followers"]
+    assert tweet_texts(bob.get("/users/alice/")) == ["hello followers"]
+
+
+def test_with_the_write_signal_the_user_comes_from_the_cache_and_a_log_out_ends_copies_at_once(two_processes):
+    apps = two_processes(NEVER, write_signal=True)
+    assert all(cache_of(app).fresh_everywhere for app in apps)
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    assert warm(alice.on(B), "/tweets/").status_code == 200
+    assert queries.account_of.key(user_id(apps[A], "alice")) in cached_keys(apps[B])
+    stolen = alice.on(B).client.get_cookie("session").value
+
+    assert alice.on(A).post("/logout/").status_code == 303
+    thief = apps[B].test_client()
+    thief.set_cookie("session", stolen)
+    assert thief.get("/tweets/").status_code == 302
+
+
+def test_without_the_write_signal_the_user_is_read_from_the_database(two_processes):
+    apps = two_processes(NEVER, write_signal=False)
+    assert not any(cache_of(app).fresh_everywhere for app in apps)
+    alice = sign_up(apps[A], "alice")
+    assert warm(alice, "/tweets/").status_code == 200
+    assert queries.account_of.key(user_id(apps[A], "alice")) not in cached_keys(apps[A])
+
+
+def test_the_write_signal_is_a_file_beside_the_sqlite_database(make_app, tmp_path):
+    app = make_app(**CACHED)
+    assert os.path.exists(tmp_path / "tweepy.sqlite3-writes")
+    assert WriteSignal.beside("sqlite:///:memory:") is None
+    assert WriteSignal.beside("postgresql+psycopg://db.example/tweepy") is None
+    signal = cache_of(app).signal
+    before = signal.value()
+    sign_up(app, "alice").post("/tweets/", {"tweet": "counted"})
+    assert signal.value() > before
+
+
+def test_a_signal_left_by_another_database_costs_one_catch_up_then_none(make_app, tmp_path):
+    left_over = WriteSignal(str(tmp_path / "tweepy.sqlite3-writes"))
+    for _ in range(7):
+        left_over.bump()
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
+    alice = sign_up(app, "alice")
+    alice.get("/tweets/")
+    backend = cache_of(app)
+    assert backend.signalled == left_over.value()
+    synced_at = backend.synced_at
+    alice.get("/tweets/")
+    assert backend.synced_at == synced_at, "a signal that did not move caused a catch-up"
+
+
+# --- everybody else, without it: the staleness bound ------------------------
 
 
 def test_follower_sees_new_tweet_within_staleness_bound(two_processes):
@@ -223,3 +296,16 @@ def test_cached_timeline_merge_returns_the_same_rows_as_the_sql_query(make_app, 
         assert {queries.newest_tweets_by.key(author) for author in (reader, *authors)} <= set(cache().entries)
         assert queries.timeline_of(reader) == merged  # again, now all from the cache
     assert merged == expected
+
+
+def test_a_read_asked_for_many_arguments_at_once_gives_what_each_call_gives(make_app):
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
+    authors = add_users(app, "a1", "a2", "a3")
+    for author in authors:
+        add_tweets(app, author, f"by {author}")
+    with app.test_request_context():
+        first = queries.newest_tweets_by(authors[0])  # one kept already, two not
+        many = queries.newest_tweets_by.many((author,) for author in authors)
+        assert many[0] is first
+        assert many == [queries.newest_tweets_by.uncached(author) for author in authors]
+        assert {queries.newest_tweets_by.key(author) for author in authors} <= cached_keys(app)

@@ -74,3 +74,36 @@ def test_kept_fragments_stay_within_their_byte_budget(make_app):
         render(app, ROW._replace(id=i, text="x" * 280))
     assert 0 < kept(app).currsize <= budget
     assert len(kept(app)) < 2000
+
+
+def render_own(app, row, next_url):
+    """``row`` on a page of its author's: the fragments and the page's own token."""
+    from flask_login import login_user
+    from flask_wtf.csrf import generate_csrf
+
+    from tweepy.auth import CurrentUser
+    from tweepy.queries import Account
+
+    with app.test_request_context("/tweets/"):
+        login_user(CurrentUser(Account(row.author_id, row.author_name, 0)))
+        return str(app.jinja_env.globals["rendered_tweets"]((row,), next_url)), generate_csrf()
+
+
+def test_ones_own_tweet_is_kept_with_holes_each_page_fills_with_its_token_and_way_back(make_app):
+    app = make_app(FRAGMENT_CACHE=True)
+    first, first_token = render_own(app, ROW, "/tweets/")
+    again, again_token = render_own(app, ROW, "/users/bob/?before=9&x=<y>")
+    assert f'value="{first_token}"' in first and 'value="/tweets/"' in first
+    assert f'value="{again_token}"' in again and 'value="/users/bob/?before=9&amp;x=&lt;y&gt;"' in again
+    assert first_token != again_token
+    assert "<tweepy:" not in first + again
+    (kept_html,) = kept(app).values()  # one fragment, rendered once, with its holes
+    assert str(fragments.CSRF_HOLE) in kept_html and str(fragments.NEXT_HOLE) in kept_html
+
+
+def test_a_tweet_that_spells_a_hole_is_shown_as_text_never_filled(make_app):
+    app = make_app(FRAGMENT_CACHE=True)
+    sneaky = ROW._replace(text="<tweepy:csrf> <tweepy:next>")
+    html, token = render_own(app, sneaky, "/tweets/")
+    assert "&lt;tweepy:csrf&gt; &lt;tweepy:next&gt;" in html
+    assert html.count(token) == 1  # the delete button's, nowhere else

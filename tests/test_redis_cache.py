@@ -179,6 +179,24 @@ def test_follower_on_another_node_sees_a_new_tweet_at_once(two_nodes):
     assert tweet_texts(bob.get("/users/alice/")) == ["hello followers"]
 
 
+def test_a_timeline_asks_redis_for_all_its_authors_pages_in_one_round_trip(two_nodes, monkeypatch):
+    apps = two_nodes()
+    alice = sign_up(apps[A], "alice")
+    for name in ("bob", "carol", "dave"):
+        sign_up(apps[A], name).post("/tweets/", {"tweet": f"{name}'s news"})
+        alice.post(f"/users/{name}/follow")
+    warm(alice, "/tweets/")
+    backend = apps[A].extensions["tweepy_cache"]
+    pipelines = []
+    pipeline = backend.client.pipeline
+    monkeypatch.setattr(backend.client, "pipeline", lambda **kw: pipelines.append(kw) or pipeline(**kw))
+
+    page = alice.get("/tweets/")
+    assert tweet_texts(page) == ["dave's news", "carol's news", "bob's news"]
+    # Who is logged in, whom they follow, then the four authors' pages at once (nothing to store).
+    assert len(pipelines) == 3
+
+
 # --- a cached page is the page ----------------------------------------------------
 
 

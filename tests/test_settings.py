@@ -83,3 +83,13 @@ def test_the_secret_key_file_is_owner_only_from_the_start(tmp_path):
     config.load(str(tmp_path / "instance"), {})
     assert (tmp_path / "instance" / "secret_key").stat().st_mode & 0o077 == 0
     assert (tmp_path / "instance").stat().st_mode & 0o077 == 0
+
+
+def test_auto_processes_are_one_per_core_or_with_hashing_threads_one_per_hashing_slots_cores(monkeypatch):
+    monkeypatch.setattr(stages.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    plain = stages.Stage(9, "x", stages.STAGES, {"TWEEPY_SERVER": "uwsgi", "TWEEPY_PROCESSES": "auto"})
+    assert plain.processes == 8
+    gevent = {**plain.settings, "TWEEPY_GEVENT": "100", "TWEEPY_BCRYPT_IN_THREADPOOL": "true"}
+    assert stages.Stage(9, "x", stages.STAGES, {**gevent, "TWEEPY_HASHING_SLOTS": "2"}).processes == 4
+    assert stages.Stage(9, "x", stages.STAGES, {**gevent, "TWEEPY_HASHING_SLOTS": "16"}).processes == 1
+    assert stages.Stage(9, "x", stages.STAGES, {**plain.settings, "TWEEPY_PROCESSES": "3"}).processes == 3

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from helpers.browser import sign_up
-from helpers.pages import errors, form_actions, link, text_of, tweet_ids, tweet_texts
+from helpers.pages import csrf_token, errors, form_actions, forms_of, link, text_of, tweet_ids, tweet_texts
 from helpers.stored import add_follow, add_tweets, add_users, count, tweets_by, user_id
 
 from tweepy.models import Tweet
@@ -22,6 +24,15 @@ def test_timeline_holds_the_post_form(alice):
     assert response.status_code == 200
     assert "/tweets/" in form_actions(response)
     assert "<textarea" in text_of(response) and 'name="tweet"' in text_of(response)
+
+
+def test_a_refused_tweet_comes_back_in_the_box_with_its_reason_and_a_fresh_box_is_empty(alice):
+    refused = text_of(post_tweet(alice, "x" * 281))
+    assert 'aria-invalid="true"' in refused and "x" * 281 in refused
+    fresh = text_of(alice.get("/tweets/"))  # the empty box, kept once rendered
+    assert "aria-invalid" not in fresh and "x" * 281 not in fresh
+    assert "What&#39;s happening?</label>" in fresh
+    assert re.search(r'<textarea id="tweet" maxlength="280" name="tweet" required>\s*</textarea>', fresh)
 
 
 def test_timeline_shows_own_and_followed_tweets_newest_first_and_not_others(app, alice):
@@ -154,6 +165,19 @@ def test_own_tweets_carry_a_delete_button_and_others_do_not(app, alice):
         actions = form_actions(alice.get(page))
         assert (f"/tweets/{mine}/delete" in actions) == (page != "/users/bob/")
         assert f"/tweets/{bobs}/delete" not in actions
+
+
+def test_each_delete_button_carries_this_pages_token_and_way_back(app, alice):
+    post_tweet(alice, "first")
+    post_tweet(alice, "second")
+    page = alice.get("/tweets/?before=999999")
+    token = csrf_token(page)  # the page's own, in its first form
+    buttons = [f for f in forms_of(page) if f["action"].endswith("/delete")]
+    assert len(buttons) == 2
+    assert all(b["csrf_token"] == token and b["next"] == "/tweets/?before=999999" for b in buttons)
+    other_page = alice.get("/users/alice/")
+    assert all(b["next"] == "/users/alice/" for b in forms_of(other_page) if b["action"].endswith("/delete"))
+    assert "<tweepy:" not in text_of(page) + text_of(other_page)
 
 
 def test_deleting_own_tweet_removes_it_and_redirects_303(app, alice):

@@ -125,7 +125,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     stage = stages.get_stage(stage_number)
     out.mkdir(parents=True, exist_ok=True)
     measure.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
-    bound = measure.bcrypt_bound(plan.bcrypt_cost, 2)
+    bound = measure.bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
     env = measure.bench_data_environment(plan, "profile")
     rate = max(1.0, round(plan.spawn_share * bound["hashes_per_s"], 1))
     ramp = users / rate

@@ -36,12 +36,16 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
 from tools import services  # noqa: E402
-from tweepy.config import SETTINGS, Setting  # noqa: E402
+from tweepy.config import BY_NAME, SETTINGS, Setting, parse  # noqa: E402
 
 # How a stage is served: read here, never by the app.
 SERVING_SETTINGS: tuple[Setting, ...] = (
     Setting("SERVER", "dev", "'dev' (Flask's development server, run.py) or 'uwsgi' (nginx in front of uWSGI)"),
-    Setting("PROCESSES", "4", "uWSGI worker processes; 'auto' means one per core (nproc)"),
+    Setting(
+        "PROCESSES",
+        "4",
+        "uWSGI worker processes; 'auto': one per core, or with gevent and hashing threads one per HASHING_SLOTS cores",
+    ),
     Setting("GEVENT", 0, "gevent greenlets per uWSGI process; 0 means plain synchronous workers"),
     Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
     Setting("NODES", 1, "uWSGI instances behind nginx, each standing in for an app host with its own processes"),
@@ -92,8 +96,11 @@ class Stage:
 
     def app_setting(self, name: str) -> str:
         """What the app of this stage will read for ``name`` (its folder's value, or the default)."""
-        default = next(str(s.default) for s in SETTINGS if s.name == name)
-        return self.settings.get(f"TWEEPY_{name}", default)
+        return self.settings.get(f"TWEEPY_{name}", str(BY_NAME[name].default))
+
+    def app_value(self, name: str):
+        """``app_setting`` read as the app reads it (a boolean, a number...)."""
+        return parse(BY_NAME[name], self.app_setting(name))
 
     @property
     def server(self) -> str:
@@ -102,7 +109,14 @@ class Stage:
     @property
     def processes(self) -> int:
         value = self.get("PROCESSES")
-        return len(os.sched_getaffinity(0)) if value == "auto" else int(value)
+        if value != "auto":
+            return int(value)
+        cores = len(os.sched_getaffinity(0))
+        if int(self.get("GEVENT")) and self.app_value("BCRYPT_IN_THREADPOOL"):
+            # A process runs its Python on one core at a time (the GIL), and its HASHING_SLOTS
+            # native threads hash on whichever cores that leaves idle: together they fill this many.
+            return max(1, cores // self.app_value("HASHING_SLOTS"))
+        return cores
 
     def config_file(self, name: str) -> Path:
         """The stage's own server config when it has one, else the top-level one."""

@@ -20,6 +20,16 @@ replays that log:
   process has not replayed yet: read-your-writes for the writer, whichever
   process serves the next page.
 
+With ``CACHE_WRITE_SIGNAL`` on SQLite, whose processes all share one host,
+there is no staleness at all: a write that committed bumps a counter in a
+small file beside the database (``WriteSignal``, mapped into every process),
+before its response leaves, and every request compares that counter with the
+value its process last saw, a read of eight bytes. A process that sees it
+move replays the log first. So every process sees every committed write at
+its next request, which also lets the logged-in user come from the cache (a
+log out is seen everywhere at once); ``CACHE_SYNC_INTERVAL`` stays as a
+safety net.
+
 With ``CACHE=redis`` every process of every node shares one cache in Redis
 (``RedisCache``), with no layer in front of it: a read that hits costs one
 round trip. Each entry is a hash under ``CACHE_KEY_PREFIX + key`` holding the
@@ -76,10 +86,14 @@ whole prefix when Redis answers again.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
+import mmap
+import os
 import pickle
 import secrets
+import struct
 import sys
 import threading
 import time
@@ -91,6 +105,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 import cachetools
 from flask import Flask, current_app, g, session
 from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from .extensions import db
@@ -130,6 +145,11 @@ class ReadCache(Protocol):
 
     def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         """The value kept under ``key``, or ``compute()``'s, kept if ``keep`` says so and it is still valid."""
+
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        """``get_or_compute`` for each key at once; the value of ``keys[i]`` is computed by ``compute(i)``."""
 
     def forget(self, *keys: CacheKey) -> None:
         """Within a write's transaction: these keys are stale once it commits."""
@@ -174,6 +194,11 @@ class NoCache:
     def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         return compute()
 
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        return [compute(i) for i in range(len(keys))]
+
     def forget(self, *keys: CacheKey) -> None:
         pass
 
@@ -196,14 +221,51 @@ def size_of(value: Any) -> int:
     return size
 
 
+class WriteSignal:
+    """A counter shared by every process on this host: a file of eight bytes, mapped into memory.
+
+    Writers bump it (under a file lock: writes are few) once their transaction has committed;
+    readers compare it with the value they last saw. Only a change matters, never its size, so a
+    file left over from another database costs one needless catch-up, no more.
+    """
+
+    SIZE = struct.calcsize("Q")
+
+    def __init__(self, path: str) -> None:
+        self.descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if os.fstat(self.descriptor).st_size < self.SIZE:
+            os.ftruncate(self.descriptor, self.SIZE)  # zeros; a second process doing the same changes nothing
+        self.map = mmap.mmap(self.descriptor, self.SIZE)
+
+    @classmethod
+    def beside(cls, database_url: str) -> WriteSignal | None:
+        """The signal of a SQLite database file (``<database>-writes``); None for other databases."""
+        url = make_url(database_url)
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return None
+        return cls(os.path.realpath(url.database) + "-writes")
+
+    def value(self) -> int:
+        # One aligned eight-byte load: a reader sees the old count or the new one.
+        return struct.unpack_from("Q", self.map)[0]
+
+    def bump(self) -> int:
+        """Count one more write; returns the count it replaced."""
+        fcntl.flock(self.descriptor, fcntl.LOCK_EX)
+        try:
+            before = self.value()
+            struct.pack_into("Q", self.map, 0, before + 1)
+            return before
+        finally:
+            fcntl.flock(self.descriptor, fcntl.LOCK_UN)
+
+
 class LocalCache:
     """A per-process TTL cache, bounded in bytes, kept fresh by replaying the invalidation log."""
 
     enabled = True
-    # Other processes see a write only at their next sync, up to CACHE_SYNC_INTERVAL later.
-    fresh_everywhere = False
 
-    def __init__(self, max_bytes: int, ttl: float, sync_interval: float) -> None:
+    def __init__(self, max_bytes: int, ttl: float, sync_interval: float, signal: WriteSignal | None = None) -> None:
         self.entries: cachetools.TTLCache = cachetools.TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=size_of)
         # When each key was last evicted, counted in evictions: a read that began
         # before its key was evicted may hold stale rows and must not be stored.
@@ -213,6 +275,11 @@ class LocalCache:
         self.sync_interval = sync_interval
         self.applied: int | None = None  # last log id replayed here
         self.synced_at = 0.0
+        # With a signal, every process sees a committed write at its next request; without,
+        # other processes see it at their next sync, up to CACHE_SYNC_INTERVAL later.
+        self.signal = signal
+        self.fresh_everywhere = signal is not None
+        self.signalled = None if signal is None else signal.value()  # the count this process has caught up with
         # uWSGI threads or gevent greenlets share this object; syncs must not interleave.
         self.lock = threading.RLock()
 
@@ -234,6 +301,17 @@ class LocalCache:
                 except ValueError:
                     pass  # larger than the whole cache: served, not kept
         return value
+
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        found = []
+        for i, key in enumerate(keys):
+            try:
+                found.append(self.entries[key])
+            except KeyError:
+                found.append(self.get_or_compute(key, functools.partial(compute, i), keep))
+        return found
 
     def forget(self, *keys: CacheKey) -> None:
         """Log the keys in the current transaction; evict them here once it commits."""
@@ -263,6 +341,11 @@ class LocalCache:
             state.committed_up_to, state.forgotten_up_to = state.forgotten_up_to, None
             with self.lock:
                 self._evict(keys)
+                if self.signal is not None:
+                    # Before the response leaves: every later request, in any process, catches up.
+                    before = self.signal.bump()
+                    if before == self.signalled:
+                        self.signalled = before + 1  # only this write is new here, and it is evicted already
 
     def after_rollback(self) -> None:
         state = request_state()
@@ -271,23 +354,28 @@ class LocalCache:
     def sync(self, at_least: int | None = None) -> None:
         now = time.monotonic()
         recent = self.applied is not None and now - self.synced_at < self.sync_interval
-        if recent and (at_least is None or at_least <= self.applied):
+        signalled = None if self.signal is None else self.signal.value()
+        if recent and (at_least is None or at_least <= self.applied) and signalled == self.signalled:
             return
         with self.lock:
-            newest = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
+            # Read before the log: whatever bumped it had committed, so the replay below includes it.
+            self.signalled = signalled
             if self.applied is None or now - self.synced_at > LOG_RETENTION.total_seconds() / 2:
                 # First sync, or asleep long enough to have missed pruned entries.
+                self.applied = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
                 self.entries.clear()
                 self.evictions += 1
                 self.cleared_at = self.evictions
-            elif newest > self.applied:
-                keys = db.session.scalars(
-                    select(CacheInvalidation.key).where(
-                        CacheInvalidation.id > self.applied, CacheInvalidation.id <= newest
-                    )
-                )
-                self._evict(keys)
-            self.applied = max(newest, self.applied or 0)
+            else:
+                # Ids commit in order (see forget), so whatever committed after `applied` is above it.
+                logged = db.session.execute(
+                    select(CacheInvalidation.id, CacheInvalidation.key)
+                    .where(CacheInvalidation.id > self.applied)
+                    .order_by(CacheInvalidation.id)
+                ).all()
+                if logged:
+                    self._evict(row.key for row in logged)
+                    self.applied = logged[-1].id
             self.synced_at = now
 
     def _evict(self, keys: Iterable[str]) -> None:
@@ -353,35 +441,60 @@ class RedisCache:
         self.paying = threading.Lock()
 
     def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        return self.get_many_or_compute([key], lambda _: compute(), keep)[0]
+
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        """One round trip for all the keys (and one more to store the misses worth keeping)."""
         if not self.trusted:
             self.pay_debts()
             if not self.trusted:
-                return compute()
-        name = self.prefix + key
+                return [compute(i) for i in range(len(keys))]
+        names = [self.prefix + key for key in keys]
         try:
-            found, payload = self.value_or_generation(keys=[name], args=[secrets.token_hex(8), CLAIM_TTL_MS])
+            with self.client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    self.value_or_generation(keys=[name], args=[secrets.token_hex(8), CLAIM_TTL_MS], client=pipe)
+                replies = pipe.execute()
         except self.unreachable as error:
             self._lost(error)
-            return compute()
-        if found:
-            try:
-                return pickle.loads(payload)
-            except Exception:  # an entry that code deployed since cannot read: drop it, read again
-                log.warning("read cache: cannot read the entry of %s; dropping it", key)
-                self.evict([key])
-                return compute()
-        value = compute()
+            return [compute(i) for i in range(len(keys))]
+        except self.failed as error:  # out of memory under maxmemory noeviction, say: served, nothing kept
+            log.warning("read cache: Redis refused to read %s: %s", ", ".join(keys), error)
+            return [compute(i) for i in range(len(keys))]
+        values, stores = [], []
         # A value read inside a write that has not committed may show rows that roll back.
-        if keep(value) and not request_state().forgotten:
-            try:
-                self.store_if_unchanged(
-                    keys=[name], args=[payload, pickle.dumps(value, pickle.HIGHEST_PROTOCOL), self.ttl_ms]
-                )
-            except self.unreachable as error:
-                self._lost(error)
-            except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
-                log.warning("read cache: Redis refused to keep %s: %s", key, error)
-        return value
+        storing = not request_state().forgotten
+        for i, (found, payload) in enumerate(replies):
+            if found:
+                try:
+                    values.append(pickle.loads(payload))
+                    continue
+                except Exception:  # an entry that code deployed since cannot read: drop it, read again
+                    log.warning("read cache: cannot read the entry of %s; dropping it", keys[i])
+                    self.evict([keys[i]])
+                    values.append(compute(i))
+                    continue
+            value = compute(i)
+            values.append(value)
+            if storing and keep(value):
+                stores.append((names[i], payload, pickle.dumps(value, pickle.HIGHEST_PROTOCOL)))
+        if stores:
+            self._store(stores)
+        return values
+
+    def _store(self, stores: list[tuple[str, bytes, bytes]]) -> None:
+        """Keep each (name, generation read, value), each only if its generation is unchanged."""
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for name, generation, value in stores:
+                    self.store_if_unchanged(keys=[name], args=[generation, value, self.ttl_ms], client=pipe)
+                pipe.execute()
+        except self.unreachable as error:
+            self._lost(error)
+        except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
+            log.warning("read cache: Redis refused to keep %s: %s", ", ".join(name for name, _, _ in stores), error)
 
     def forget(self, *keys: CacheKey) -> None:
         """Remember the keys; they are evicted once the transaction commits (evicting sooner would let a
@@ -525,6 +638,12 @@ class CachedRead(Generic[P, R]):
         canonical = self.canonical(*args)
         return cache().get_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
 
+    def many(self, calls: Iterable[tuple]) -> list[R]:
+        """The results of several calls (each a tuple of arguments), asked of the cache at once."""
+        canonical = [self.canonical(*args) for args in calls]
+        keys = [self._key_of(args) for args in canonical]
+        return cache().get_many_or_compute(keys, lambda i: self.uncached(*canonical[i]), self.keep)
+
     def __repr__(self) -> str:
         return f"<cached read {self.name}>"
 
@@ -561,7 +680,10 @@ def forget(*keys: CacheKey) -> None:
 
 def init_app(app: Flask) -> None:
     if app.config["CACHE"] == "local":
-        backend = LocalCache(app.config["CACHE_BYTES"], app.config["CACHE_TTL"], app.config["CACHE_SYNC_INTERVAL"])
+        signal = WriteSignal.beside(app.config["DATABASE_URL"]) if app.config["CACHE_WRITE_SIGNAL"] else None
+        backend = LocalCache(
+            app.config["CACHE_BYTES"], app.config["CACHE_TTL"], app.config["CACHE_SYNC_INTERVAL"], signal
+        )
     elif app.config["CACHE"] == "redis":
         backend = RedisCache(
             app.config["CACHE_URL"],
@@ -586,7 +708,10 @@ def init_app(app: Flask) -> None:
 
     @app.after_request
     def remember_own_writes(response):
-        # The writer's next request, wherever it lands, replays up to here first.
+        # The writer's next request, wherever it lands, replays up to here first (a signal
+        # already makes every process do so).
+        if backend.fresh_everywhere:
+            return response
         if "tweepy_cache" in g and g.tweepy_cache.committed_up_to is not None:
             session[SESSION_KEY] = g.tweepy_cache.committed_up_to
         return response

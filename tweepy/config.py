@@ -72,6 +72,11 @@ SETTINGS: tuple[Setting, ...] = (
         1.0,
         "Seconds between checks of other processes' writes: the staleness bound (redis: after an outage)",
     ),
+    Setting(
+        "CACHE_WRITE_SIGNAL",
+        True,
+        "local, on SQLite: every process sees a committed write at its next request (a counter beside the database)",
+    ),
     Setting("CACHE_URL", "redis://127.0.0.1:6379/0", "The Redis of CACHE=redis (a password in it is never logged)"),
     Setting("CACHE_KEY_PREFIX", "tweepy:", "Starts every key CACHE=redis writes, so deployments can share one Redis"),
     Setting(
@@ -95,7 +100,8 @@ _BOOLEAN_WORDS = {
 }
 
 
-def _parse(setting: Setting, raw: str) -> Any:
+def parse(setting: Setting, raw: str) -> Any:
+    """A setting's value from its text, of its default's type."""
     if isinstance(setting.default, bool):
         try:
             return _BOOLEAN_WORDS[raw.strip().lower()]
@@ -118,7 +124,7 @@ def read(name: str, overrides: dict[str, Any] | None = None) -> Any:
         return overrides[name]
     setting = BY_NAME[name]
     raw = os.environ.get(f"TWEEPY_{name}")
-    return setting.default if raw is None else _parse(setting, raw)
+    return setting.default if raw is None else parse(setting, raw)
 
 
 def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -3,10 +3,17 @@
 Someone else's tweet renders the same for every viewer: the macro
 ``tweet_item`` sees only the row and the profiles prefix, never the viewer.
 So a fragment is kept under everything it is made of: the template's own
-source (a digest of it) and the whole row. If a row ever carries a field that
-changes (a like count, an edited text), its key changes with it and the old
-HTML is simply never asked for again; nothing has to be invalidated. The
-store is an LRU bounded in bytes (``FRAGMENT_CACHE_BYTES``).
+source (a digest of it), the profiles prefix and the whole row. If a row ever
+carries a field that changes (a like count, an edited text), its key changes
+with it and the old HTML is simply never asked for again; nothing has to be
+invalidated. The store is bounded in bytes (``FRAGMENT_CACHE_BYTES``).
+
+One's own tweet carries a delete button, whose form holds the page's CSRF
+token and where to go next: it is kept with two holes instead
+(``CSRF_HOLE``, ``NEXT_HOLE``), filled in once per page. The holes are
+written with ``<``, which never reaches a fragment from a row (the macro
+escapes the text; names and dates have no ``<``), so nothing else is ever
+filled in by mistake.
 
 Rendering 50 tweets was the largest part of a timeline's CPU time; with this,
 a page mostly joins strings it already has.
@@ -22,9 +29,12 @@ import cachetools
 from flask import Flask, url_for
 from flask_login import current_user
 from flask_wtf.csrf import generate_csrf
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 TEMPLATE = "_macros.html"
+CSRF_HOLE = Markup("<tweepy:csrf>")
+NEXT_HOLE = Markup("<tweepy:next>")
+HOLES = {"csrf": CSRF_HOLE, "next": NEXT_HOLE}
 
 
 def entry_bytes(html: str) -> int:
@@ -37,13 +47,19 @@ def template_digest(app: Flask) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def fragment_key(digest: str, row: Hashable) -> tuple[str, Hashable]:
-    return (digest, row)
+def fragment_key(digest: str, row: Hashable, profiles: str = "", own: bool = False) -> tuple:
+    return (digest, profiles, own, row)
+
+
+def fill_holes(html: str, csrf: str, next_url: str) -> Markup:
+    return Markup(html.replace(CSRF_HOLE, escape(csrf)).replace(NEXT_HOLE, escape(next_url)))
 
 
 def init_app(app: Flask) -> None:
     keep = app.config["FRAGMENT_CACHE"]
-    rendered: cachetools.LRUCache = cachetools.LRUCache(
+    # First in, first out: a hit is one dictionary lookup (an LRU would reorder on every one), and
+    # a fragment never goes stale, so which ones leave first only costs a render now and then.
+    rendered: cachetools.FIFOCache = cachetools.FIFOCache(
         maxsize=app.config["FRAGMENT_CACHE_BYTES"], getsizeof=entry_bytes
     )
     app.extensions["tweepy_fragments"] = rendered
@@ -56,26 +72,28 @@ def init_app(app: Flask) -> None:
             macro["digest"] = template_digest(app)
         return macro["item"]
 
-    def rendered_tweet(tweet) -> Markup:
-        item = tweet_item()
-        key = fragment_key(macro["digest"], tweet)
-        html = rendered.get(key)
-        if html is None:
-            html = Markup(item(tweet, url_for("users.index")))
-            if keep and entry_bytes(html) <= rendered.maxsize:
-                rendered[key] = html
-        return html
-
     def rendered_tweets(tweets, next_url: str) -> Markup:
-        """A page's tweets: one's own with a delete button (the page's token), the others as kept fragments."""
+        """A page's tweets: kept fragments, one's own with the page's token and ``next_url`` in their holes."""
+        item = tweet_item()
+        digest, profiles = macro["digest"], url_for("users.index")
         me = current_user.id if current_user.is_authenticated else None
-        items = []
+        items, holes = [], False
         for tweet in tweets:
-            if tweet.author_id == me:
-                items.append(tweet_item()(tweet, url_for("users.index"), {"csrf": generate_csrf(), "next": next_url}))
-            else:
-                items.append(rendered_tweet(tweet))
-        return Markup("".join(items))  # every item is Markup already: nothing to escape
+            own = tweet.author_id == me
+            key = fragment_key(digest, tweet, profiles, own)
+            try:
+                html = rendered[key]
+            except KeyError:
+                html = Markup(item(tweet, profiles, HOLES if own else None))
+                if keep and entry_bytes(html) <= rendered.maxsize:
+                    rendered[key] = html
+            items.append(html)
+            holes |= own
+        page = "".join(items)  # every item is Markup already: nothing to escape
+        return fill_holes(page, generate_csrf(), next_url) if holes else Markup(page)
+
+    def rendered_tweet(tweet) -> Markup:
+        return rendered_tweets((tweet,), "")
 
     app.jinja_env.globals["rendered_tweet"] = rendered_tweet
     app.jinja_env.globals["rendered_tweets"] = rendered_tweets

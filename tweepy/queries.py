@@ -157,7 +157,7 @@ def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
     query returns (a test compares them).
     """
     authors = following_of(user_id) | {user_id}
-    pages = [newest_tweets_by(author) for author in authors]
+    pages = newest_tweets_by.many((author,) for author in authors)
     return tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), page_size()))
 
 

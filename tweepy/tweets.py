@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, redirect, render_template, url_for
+from flask import Blueprint, current_app, redirect, render_template, url_for
 from flask_login import current_user, login_required
+from markupsafe import Markup
 
 from . import queries, writes
 from .forms import ActionForm, TweetForm
@@ -13,7 +14,18 @@ from .paging import LARGEST_ID, older_tweets_url, tweet_id_arg
 bp = Blueprint("tweets", __name__, url_prefix="/tweets")
 
 
-def _render_timeline(form: TweetForm, status: int = 200):
+@bp.app_template_global()
+def blank_tweet_field() -> Markup:
+    """The empty tweet box is the same on every timeline: rendered once per process, then kept."""
+    kept = current_app.extensions.setdefault("tweepy_blank_tweet_field", [])
+    if not kept:
+        macros = current_app.jinja_env.get_template("_macros.html").module
+        kept.append(Markup(macros.field(TweetForm(formdata=None, meta={"csrf": False}).tweet)))
+    return kept[0]
+
+
+def _render_timeline(form: TweetForm | None = None, status: int = 200):
+    """The timeline; ``form`` is the tweet just refused, to show again with its errors."""
     before = tweet_id_arg("before")
     tweets = queries.timeline_of(current_user.id, before)
     older = older_tweets_url(tweets, "tweets.timeline")
@@ -23,7 +35,7 @@ def _render_timeline(form: TweetForm, status: int = 200):
 @bp.get("/")
 @login_required
 def timeline():
-    return _render_timeline(TweetForm())
+    return _render_timeline()
 
 
 @bp.post("/")

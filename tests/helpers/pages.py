@@ -49,6 +49,19 @@ def form_actions(response) -> list[str]:
     return re.findall(r'<form[^>]*method="post"[^>]*action="([^"]*)"', text_of(response))
 
 
+def forms_of(response) -> list[dict[str, str]]:
+    """Each POST form of the page: its action, and the values of its hidden fields (unescaped)."""
+    found = []
+    for attributes, body in re.findall(r'<form([^>]*method="post"[^>]*)>(.*?)</form>', text_of(response), re.S):
+        form = {"action": html.unescape(re.search(r'action="([^"]*)"', attributes).group(1))}
+        for name, value in re.findall(r'<input name="([^"]+)" type="hidden" value="([^"]*)"', body):
+            form[name] = html.unescape(value)
+        for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', body):
+            form[name] = html.unescape(value)
+        found.append(form)
+    return found
+
+
 def link(response, rel: str) -> str | None:
     """The href of the page's ``rel`` link (``next`` is "older tweets" or "next page")."""
     match = re.search(rf'<a href="([^"]*)" rel="{rel}">', text_of(response))

@@ -28,7 +28,7 @@ class Plan:
     ceiling_users: int = DEFAULTS["TWEEPY_BENCH_CEILING_USERS"]
     bcrypt_cost: int = 12
     bcrypt_probe_s: float = 5
-    spawn_share: float = 0.3  # of the machine's hashing rate, for first logins in a ramp
+    spawn_share: float = 0.15  # of the machine's hashing rate, for first logins in a ramp
     locust_processes: int = DEFAULTS["LOCUST_PROCESSES"]
     bar: Bar = field(default_factory=Bar)
     quick: bool = False

@@ -277,12 +277,20 @@ def runs_of(report: dict) -> list[tuple[str, list[dict]]]:
 
 
 def parallel_processes(result: dict) -> int | None:
-    """How many processes of the stage can use a core at once (None: one per core, whatever their number)."""
+    """How many cores the stage can keep busy at once (None: as many as there are, whatever their number).
+
+    A process runs Python on one core at a time; with gevent and hashing on native threads, its
+    HASHING_SLOTS threads hash on other cores beside it."""
     settings = result.get("settings") or {}
     if result.get("server", settings.get("TWEEPY_SERVER", "dev")) == "dev":
         return 1  # the development server is one process: one core at most, with the GIL
     processes = str(result.get("processes_setting") or settings.get("TWEEPY_PROCESSES", "4"))
-    return None if processes == "auto" else int(processes)
+    if processes == "auto":
+        return None
+    hashing_threads = 0
+    if int(settings.get("TWEEPY_GEVENT", "0") or 0) and settings.get("TWEEPY_BCRYPT_IN_THREADPOOL") == "true":
+        hashing_threads = int(settings.get("TWEEPY_HASHING_SLOTS", "1"))
+    return int(processes) * (1 + hashing_threads)
 
 
 def projection_cells(result: dict, bound: dict) -> list[str]:
