@@ -7,11 +7,12 @@ PY     := $(VENV)/bin/python
 # The best single-machine stage; on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test lint format bench profile soak locust clean
+.PHONY: help setup run stop test lint format bench profile soak locust compare clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make run [STAGE=N]   serve stage N (default $(STAGE)) on 127.0.0.1, seeding a database if there is none"
+	@echo "                     (PART=name: one part of a step, stages/N-name/part-<name>.env)"
 	@echo "make stop            stop servers left running (pid files under var/)"
 	@echo "make test            lint, then the whole test suite, browser and real servers included"
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
@@ -19,6 +20,7 @@ help:
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
 	@echo "make soak            the default stage under the protocol for minutes, memory sampled (USERS=, MINUTES=)"
 	@echo "make locust          locust's web UI against the stage make run serves"
+	@echo "make compare A=3 B=4 what step B changes over stage A: settings, and the code they switch on"
 
 # One stamp per purpose: `make run` needs less than `make test`.
 define install
@@ -42,7 +44,7 @@ $(VENV)/.installed-test: $(VENV)/.installed-bench requirements/test.txt
 setup: $(VENV)/.installed-test
 
 run: $(VENV)/.installed-run
-	@$(PY) -m tools.stages run $(STAGE)
+	@$(PY) -m tools.stages run $(STAGE) $(if $(PART),--part $(PART)) $(if $(PORT),--port $(PORT))
 
 stop:
 	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m tools.stages stop
@@ -65,16 +67,20 @@ profile: $(VENV)/.installed-bench
 soak: $(VENV)/.installed-bench
 	@$(PY) -m tools.soak $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(MINUTES),--minutes $(MINUTES))
 
+compare: $(VENV)/.installed-run
+	@$(PY) -m tools.compare $(or $(A),$(error A=stage before, B=stage after)) $(or $(B),$(error B=stage after)) $(if $(PART),--part $(PART))
+
 bench: $(VENV)/.installed-bench
 	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick)
 
 clean: stop
 	rm -rf var .pytest_cache
 
-# The locust web UI on http://127.0.0.1:8089/, loading the stage `make run` serves (run that first, in
-# another terminal); `make run` seeds 1,000 users, hence TWEEPY_SEED_USERS (SEED_USERS=N for another database).
-.PHONY: locust
+# The locust web UI on http://127.0.0.1:8089/ (WEB_PORT=), loading the stage `make run` serves (run that
+# first, in another terminal; PORT= if you gave it one); `make run` seeds 1,000 users, hence
+# TWEEPY_SEED_USERS (SEED_USERS=N for another database).
 locust: $(VENV)/.installed-bench
-	@port=$$($(PY) -c "from tools import stages; print(stages.get_stage($(STAGE)).default_port)") && \
-	echo "==> locust web UI on http://127.0.0.1:8089/ against stage $(STAGE) at http://127.0.0.1:$$port ($(or $(SEED_USERS),1000) seeded users)" && \
-	TWEEPY_SEED_USERS=$(or $(SEED_USERS),1000) $(VENV)/bin/locust -f locustfile.py --web-host 127.0.0.1 --web-port 8089 -H http://127.0.0.1:$$port
+	@port=$(or $(PORT),$$($(PY) -c "from tools import stages; print(stages.get_stage($(STAGE)).default_port)")) && \
+	echo "==> locust web UI on http://127.0.0.1:$(or $(WEB_PORT),8089)/ against stage $(STAGE) at http://127.0.0.1:$$port ($(or $(SEED_USERS),1000) seeded users)" && \
+	TWEEPY_SEED_USERS=$(or $(SEED_USERS),1000) exec $(VENV)/bin/locust -f locustfile.py --web-host 127.0.0.1 \
+		--web-port $(or $(WEB_PORT),8089) -H http://127.0.0.1:$$port

@@ -264,7 +264,7 @@ def test_a_search_cut_short_never_shows_its_last_passing_step_as_the_capacity():
 
 
 def test_a_stage_that_crashed_says_so_in_its_row_and_its_readme():
-    crashed = measure.crashed_stage(6, RuntimeError("uwsgi exited with 1 while starting:\nlog tail"))
+    crashed = measure.crashed_stage(stages.get_stage(6), RuntimeError("uwsgi exited with 1 while starting:\nlog tail"))
     crashed["run"] = A_RUN
     text = report.markdown(a_report(crashed))
     assert "| crashed: RuntimeError: uwsgi exited with 1 while starting: |" in text
@@ -378,7 +378,8 @@ def windows_of(result: dict) -> list[dict]:
 @pytest.mark.integration
 def test_quick_bench_measures_every_stage_to_the_end_of_its_search(quick_report):
     _, found, _ = quick_report
-    assert [r["stage"] for r in found["stages"]] == [s.number for s in stages.all_stages()]
+    ladder = [(each.number, each.part) for stage in stages.all_stages() for each in (*stage.parts(), stage)]
+    assert [(r["stage"], r["part"]) for r in found["stages"]] == ladder, "every step, each after its parts"
     for result in found["stages"]:
         assert result["search"]["state"] == "complete", result["search"]
         best = result["best"]
@@ -434,9 +435,12 @@ def test_quick_bench_writes_the_table_the_chart_and_raw_csvs(quick_report):
         assert f"| {stage.number} {stage.name} | {found['date']}, {found['commit']} |" in table
     assert "bcrypt cost 12" in table
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for result in found["stages"]:  # one picture a stage, and one a part of a step
+        assert (out / report.chart_name(result)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 3 database, indexes |" in table
     assert list((out / "raw").glob("stage*_stats.csv"))
-    assert "stage 6 · step 1/1 · window" in stdout, "progress is shown while it runs"
-    assert "stage 6 · overload step" in stdout
+    assert "stage 6 vertical · step 1/1 · window" in stdout, "progress is shown while it runs"
+    assert "stage 6 vertical · overload step" in stdout
 
 
 def test_the_tier_table_projects_the_cores_each_tier_needs_for_1k_qps():
@@ -452,3 +456,19 @@ def test_the_tier_table_projects_the_cores_each_tier_needs_for_1k_qps():
     assert "front 0.2, app 3.0, postgresql 0.5" in row
     assert "app nodes of 2 cores: 2" in row
     assert report.tier_table({"stages": [{**result, "best": {}}]}) == []
+
+
+def test_a_part_of_a_step_comes_before_its_step_with_a_readme_block_of_its_own(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- bench:indexes:start -->\nold\n<!-- bench:indexes:end -->\nmore\n")
+    report.replace_block(readme, "the part's figures", "indexes")
+    report.replace_block(readme, "the step's figures")
+    text = readme.read_text()
+    assert "old" not in text
+    assert "<!-- bench:indexes:start -->\nthe part's figures\n<!-- bench:indexes:end -->\nmore" in text
+    assert text.rstrip().endswith("<!-- bench:start -->\nthe step's figures\n<!-- bench:end -->")
+    results = [{"stage": 4}, {"stage": 3, "part": None}, {"stage": 3, "part": "indexes"}]
+    ordered = sorted(results, key=report.in_ladder_order)
+    assert [(r["stage"], r.get("part")) for r in ordered] == [(3, "indexes"), (3, None), (4, None)]
+    assert report.talk_figure({"stage": 3, "part": "indexes"}) == "—"
+    assert report.talk_figure({"stage": 3}) == "250 QPS, 4 CPUs"

@@ -43,12 +43,15 @@ def test_the_readme_lists_every_setting_as_declared():
     )
 
 
-@pytest.mark.parametrize("stage", stages.all_stages(), ids=lambda s: s.folder.name)
+EVERY_STAGE_AND_PART = [each for stage in stages.all_stages() for each in (*stage.parts(), stage)]
+
+
+@pytest.mark.parametrize("stage", EVERY_STAGE_AND_PART, ids=lambda s: s.slug)
 def test_a_stage_only_sets_settings_that_exist(stage):
     assert set(stage.settings) <= settings.all_names()
 
 
-@pytest.mark.parametrize("stage", stages.all_stages(), ids=lambda s: s.folder.name)
+@pytest.mark.parametrize("stage", EVERY_STAGE_AND_PART, ids=lambda s: s.slug)
 def test_a_stage_gives_the_app_only_app_settings_and_the_runner_the_rest(stage):
     app_names = {f"TWEEPY_{s.name}" for s in config.SETTINGS}
     assert set(stage.app_settings) <= app_names
@@ -93,3 +96,14 @@ def test_auto_processes_are_one_per_core_or_with_hashing_threads_one_per_hashing
     assert stages.Stage(9, "x", stages.STAGES, {**gevent, "TWEEPY_HASHING_SLOTS": "2"}).processes == 4
     assert stages.Stage(9, "x", stages.STAGES, {**gevent, "TWEEPY_HASHING_SLOTS": "16"}).processes == 1
     assert stages.Stage(9, "x", stages.STAGES, {**plain.settings, "TWEEPY_PROCESSES": "3"}).processes == 3
+
+
+def test_a_part_of_a_step_is_the_step_before_plus_some_of_the_steps_own_settings():
+    for stage in stages.all_stages():
+        before = stages.get_stage(stage.number - 1).settings if stage.number else {}
+        for part in stage.parts():
+            added = {k: v for k, v in part.settings.items() if before.get(k) != v}
+            assert added, f"{part.label} changes nothing"
+            assert added.items() <= stage.settings.items(), f"{part.label} sets what its step does not"
+            assert part.settings != stage.settings, f"{part.label} is the whole step"
+            assert stages.get_stage(stage.number, part.part).label == part.label

@@ -7,7 +7,10 @@
 A stage is a folder ``stages/N-name/`` holding ``stage.env``: values for the
 app's settings (declared in ``tweepy/config.py``) and for how the stage is
 served (``SERVING_SETTINGS`` below, read by this runner only), and, when a
-stage needs a different front server, its own ``nginx.conf``. The runner
+stage needs a different front server, its own ``nginx.conf``. A step that
+changes several things at once may also hold parts, ``part-<name>.env``: the
+settings of the step half-way, measured by the bench on their own so that each
+half's effect shows (``run N --part name`` serves one). The runner
 passes processes, gevent and the listen queue to uWSGI itself, so one
 ``uwsgi.ini`` serves every stage. The tests and the benchmark start stages
 through ``start()`` too, each in its own var folder.
@@ -85,6 +88,24 @@ class Stage:
     name: str
     folder: Path
     settings: dict[str, str] = field(default_factory=dict)
+    part: str | None = None  # a part of the step (``part-<part>.env``), or None for the whole step
+
+    @property
+    def label(self) -> str:
+        """How reports name it: "3 database", or "3 database, indexes" for a part."""
+        return f"{self.number} {self.name}" + (f", {self.part}" if self.part else "")
+
+    @property
+    def slug(self) -> str:
+        """Its name in file names: "3", or "3-indexes" for a part."""
+        return str(self.number) + (f"-{self.part}" if self.part else "")
+
+    def parts(self) -> list[Stage]:
+        """The measured parts of the step, in their files' order."""
+        return [
+            Stage(self.number, self.name, self.folder, read_env_file(path), part=path.stem.removeprefix("part-"))
+            for path in sorted(self.folder.glob("part-*.env"))
+        ]
 
     def get(self, name: str) -> str:
         """A serving setting of this stage (the app's own settings are the app's to read)."""
@@ -172,10 +193,15 @@ def all_stages() -> list[Stage]:
     return sorted(found, key=lambda s: s.number)
 
 
-def get_stage(number: int) -> Stage:
+def get_stage(number: int, part: str | None = None) -> Stage:
     for stage in all_stages():
         if stage.number == number:
-            return stage
+            if part is None:
+                return stage
+            for each in stage.parts():
+                if each.part == part:
+                    return each
+            raise SystemExit(f"stage {number} has no part {part!r}: its parts are {[p.part for p in stage.parts()]}")
     raise SystemExit(f"no stage {number}: see stages/README.md")
 
 
@@ -446,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a stage in the foreground")
     run.add_argument("stage", type=int)
+    run.add_argument("--part", help="one part of the step (stages/N-name/part-<part>.env)")
     run.add_argument("--port", type=int)
     run.add_argument(
         "--seed", default="--users 1000 --tweets 100000 --follows 20", help="seed options if the database is empty"
@@ -456,19 +483,20 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "list":
         for stage in all_stages():
-            print(f"{stage.number}  {stage.name:<12} {stage.server:<6} {stage.folder.relative_to(ROOT)}")
+            for each in [*stage.parts(), stage]:
+                print(f"{each.label:<24} {each.server:<6} {each.folder.relative_to(ROOT)}")
         return 0
     if args.command == "stop":
         stop_all()
         return 0
 
-    stage = get_stage(args.stage)
-    print(f"==> stage {stage.number} ({stage.name}): starting, runtime files under {VAR.relative_to(ROOT)}/")
+    stage = get_stage(args.stage, args.part)
+    print(f"==> stage {stage.label}: starting, runtime files under {VAR.relative_to(ROOT)}/")
     # Served on loopback for one person and their load generator (`make locust`), whose
     # thousands of simulated sign-ups come from this one address: counted, never refused.
     local = {"TWEEPY_UNTHROTTLED_ADDRESSES": LOAD_GENERATOR_ADDRESS}
     running = start(stage, port=args.port, seed=args.seed.split(), env=local)
-    print(f"==> stage {stage.number} ({stage.name}) is up at {running.url}  (Ctrl-C stops it)", flush=True)
+    print(f"==> stage {stage.label} is up at {running.url}  (Ctrl-C stops it)", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while running.alive():
@@ -479,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         running.stop()
-        print(f"==> stage {stage.number} stopped")
+        print(f"==> stage {stage.label} stopped")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import cache, cli, config, db_tuning, fragments
+from . import cache, cli, config, db_tuning, fragments, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 
@@ -26,6 +26,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     register_sessions(app)
     register_extensions(app)
     cache.init_app(app)
+    throttle.init_app(app)
     fragments.init_app(app)
     register_blueprints(app)
     register_worker_header(app)

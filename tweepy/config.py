@@ -46,6 +46,11 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "Comma-separated addresses counted but never refused per address (a load generator)",
     ),
+    Setting(
+        "THROTTLE_IN_REDIS",
+        False,
+        "Count failed logins and registrations in the Redis of CACHE_URL instead of the database",
+    ),
     # Sessions.
     Setting("SECURE_COOKIES", False, "Send the session cookie over https only (set it behind https)"),
     # Pages and requests.

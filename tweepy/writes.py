@@ -36,12 +36,16 @@ def transaction() -> Iterator[None]:
 
 
 def register(name: str, email: str, password_hash: str, address: str) -> queries.Account:
+    # Counted in Redis before the commit, an attempt on a name just taken counts too; in the
+    # database, with the account, or not at all.
+    in_redis = throttle.noted_in_redis((throttle.REGISTRATION, address))
     try:
         with transaction():
             user = User(name=name, email=email.lower(), password_hash=password_hash)
             db.session.add(user)
             db.session.flush()
-            _note_attempts((throttle.REGISTRATION, address))
+            if not in_redis:
+                _note_attempts((throttle.REGISTRATION, address))
             forget(queries.user_named.key(name), queries.users_page.key(queries.users_page_listing(user.id)))
     except IntegrityError:
         # Someone took the name or the email between the form's check and now.
@@ -50,10 +54,13 @@ def register(name: str, email: str, password_hash: str, address: str) -> queries
 
 
 def note_failed_login(name: str, address: str) -> None:
-    """Count a failed login against the account (when the name could exist) and the client address."""
+    """Count a failed login against the account (when the name could exist) and the client address,
+    in Redis when the app counts there (no transaction then)."""
     attempts = [(throttle.FAILED_LOGIN_BY_ADDRESS, address)]
     if queries.is_possible_name(name):
         attempts.append((throttle.FAILED_LOGIN_BY_ACCOUNT, name.lower()))
+    if throttle.noted_in_redis(*attempts):
+        return
     with transaction():
         _note_attempts(*attempts)
 

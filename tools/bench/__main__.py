@@ -65,7 +65,7 @@ from tools.bench.measure import (
     seeded_master,
 )
 from tools.bench.plan import make_plan
-from tools.bench.report import RESULTS, write_reports
+from tools.bench.report import RESULTS, in_ladder_order, write_reports
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -122,17 +122,19 @@ def main(argv: list[str] | None = None) -> int:
         report["stages"] = [
             {**r, "run": r.get("run", earlier_run)} for r in earlier["stages"] if r["stage"] not in plan.stages
         ]
-    for number in plan.stages:
+    # Each step, after its parts (a step that changes several things measures each half on its own).
+    measured = [part for n in plan.stages for part in (*stages.get_stage(n).parts(), stages.get_stage(n))]
+    for stage in measured:
         try:
-            result = bench_stage(plan, number, master, raw, bound)
+            result = bench_stage(plan, stage, master, raw, bound)
         except Exception as error:  # reported, and the other stages still measured
-            say(f"  stage {number}: crashed: {error}")
-            result = crashed_stage(number, error)
+            say(f"  stage {stage.label}: crashed: {error}")
+            result = crashed_stage(stage, error)
         report["stages"].append({**result, "run": this_run})
-        report["stages"].sort(key=lambda r: r["stage"])
+        report["stages"].sort(key=in_ladder_order)
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
-    incomplete = [r["stage"] for r in report["stages"] if r["search"]["state"] != "complete"]
+    incomplete = [f"{r['stage']} {r['name']}" for r in report["stages"] if r["search"]["state"] != "complete"]
     write_reports(report, folder, publish_it=not args.quick and args.out is None)
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     if incomplete:

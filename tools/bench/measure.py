@@ -170,7 +170,7 @@ def ceiling_verdict(rps: float, generator_cores: float, server_cores: float, pro
 
 
 def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
-    csv = raw / f"stage{running.stage.number}-ceiling"
+    csv = raw / f"stage{running.stage.slug}-ceiling"
     command = locust_command(plan, "tools/ceiling_locustfile.py", running.url, csv, plan.ceiling_users, plan.ceiling_s)
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -226,8 +226,8 @@ def tiers_of(running: stages.Running) -> dict[str, list[int]]:
 
 def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict) -> dict:
     """Run the search; its steps, its overload step, and whether it ran to its end."""
-    number = running.stage.number
-    out = raw / f"stage{number}-steps.json"
+    slug, label = running.stage.slug, running.stage.label
+    out = raw / f"stage{slug}-steps.json"
     out.unlink(missing_ok=True)
     rate = spawn_rate(plan, bound["hashes_per_s"])
     tiers = tiers_of(running)
@@ -236,20 +236,20 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict
     env["TWEEPY_BENCH_TIERS"] = " ".join(f"{name}={','.join(map(str, pids))}" for name, pids in tiers.items())
     limit = search_time_limit(plan)
     files = "locustfile.py,tools/bench_shape.py"
-    command = locust_command(plan, files, running.url, raw / f"stage{number}", None, limit)
-    log_path = raw / f"stage{number}-locust.log"
+    command = locust_command(plan, files, running.url, raw / f"stage{slug}", None, limit)
+    log_path = raw / f"stage{slug}-locust.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         shown = None
         try:
             while process.poll() is None:
                 time.sleep(2)
-                line = progress_line(number, out)
+                line = progress_line(label, out)
                 if line and line != shown:
                     say(line)
                     shown = line
                 if not running.alive():
-                    say(f"  stage {number}: a server exited during the search")
+                    say(f"  stage {label}: a server exited during the search")
                     break
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -283,7 +283,7 @@ def search_outcome(out: Path, exit_code: int | None, servers_alive: bool, log_na
     return {"steps": data.get("steps", []), "overload": data.get("overload"), "search": search}
 
 
-def progress_line(number: int, out: Path) -> str | None:
+def progress_line(label: str, out: Path) -> str | None:
     try:
         p = json.loads(out.read_text())["progress"]
     except (OSError, ValueError, KeyError):
@@ -292,7 +292,7 @@ def progress_line(number: int, out: Path) -> str | None:
         return None
     step = "overload step" if p["step"] == "overload" else f"step {p['step']}/{p['of_steps']}"
     return (
-        f"  stage {number} · {step} · {p['phase']} {p['seconds_in_phase']}s · "
+        f"  stage {label} · {step} · {p['phase']} {p['seconds_in_phase']}s · "
         f"{p['users']}/{p['target_users']} users · {p['rps']} rps · p95 {p['p95_ms'] or 0:.0f} ms · "
         f"{p['failures']} failures"
     )
@@ -301,9 +301,9 @@ def progress_line(number: int, out: Path) -> str | None:
 # --- one stage -------------------------------------------------------------------------------------------
 
 
-def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -> dict:
-    stage = stages.get_stage(number)
-    say(f"stage {number} ({stage.name}): fresh database, starting the servers")
+def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound: dict) -> dict:
+    label = stage.label
+    say(f"stage {label}: fresh database, starting the servers")
     seed = None
     if stage.app_setting("DATABASE_URL").startswith("postgresql"):
         # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
@@ -320,22 +320,20 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
         # A fresh database gets fresh keys in a shared Redis (stages caching there).
         "TWEEPY_CACHE_KEY_PREFIX": f"tweepy-bench-{time.time_ns()}:",
     }
-    var = WORK / f"stage{number}"
+    var = WORK / f"stage{stage.slug}"
     shutil.rmtree(var, ignore_errors=True)
     with stages.start(stage, port=stages.free_port(), var=var, env=env, seed=seed) as running:
         ceiling = measure_ceiling(plan, running, raw)
         bound_text = f" (a lower bound: {ceiling['why']})" if ceiling["lower_bound"] else ""
         say(
-            f"  stage {number}: stack ceiling {ceiling['rps']} requests/s{bound_text}, {ceiling['failures']} failures "
+            f"  stage {label}: stack ceiling {ceiling['rps']} requests/s{bound_text}, {ceiling['failures']} failures "
             f"(GET /healthz, {plan.ceiling_users} users, no think time)"
         )
         searched = measure_capacity(plan, running, raw, bound)
     steps = searched["steps"]
     best = max((s for s in steps if s.get("met_bar")), key=lambda s: s["users"], default=None)
     result = {
-        "stage": number,
-        "name": stage.name,
-        "settings": stage.settings,
+        **identity(stage),
         "server": stage.server,
         "processes": stage.nodes * stage.processes if stage.server == "uwsgi" else 1,
         "nodes": stage.nodes if stage.server == "uwsgi" else 1,
@@ -346,34 +344,37 @@ def bench_stage(plan: Plan, number: int, master: Path, raw: Path, bound: dict) -
         "best": best,
     }
     search = searched["search"]
-    say(f"  stage {number}: search {search['state']}: {search.get('note') or search.get('ended', '')}")
+    say(f"  stage {label}: search {search['state']}: {search.get('note') or search.get('ended', '')}")
     if best:
         say(
-            f"  stage {number}: {best['rps']} QPS at {best['users']} users, p95 {best['p95_ms']} ms "
+            f"  stage {label}: {best['rps']} QPS at {best['users']} users, p95 {best['p95_ms']} ms "
             f"(slowest {best['slowest']} {best['slowest_p95_ms']} ms), "
             f"{best['server_cpu_ms_per_request']} ms of server CPU a request"
         )
     else:
-        say(f"  stage {number}: no step met the bar")
+        say(f"  stage {label}: no step met the bar")
     if searched["overload"]:
         o = searched["overload"]
         say(
-            f"  stage {number}: overload at {o['users']} users: goodput {o['goodput_rps']} requests/s "
+            f"  stage {label}: overload at {o['users']} users: goodput {o['goodput_rps']} requests/s "
             f"({o['goodput_pct_of_capacity']}% of capacity), failures {100 * (o['failure_share'] or 0):.1f}%, "
             f"max {o['max_ms']} ms"
         )
     return result
 
 
-def crashed_stage(number: int, error: BaseException) -> dict:
+def identity(stage: stages.Stage) -> dict:
+    """Which stage, or part of a step, a result is: its number, name (with the part's) and settings."""
+    name = f"{stage.name}, {stage.part}" if stage.part else stage.name
+    return {"stage": stage.number, "name": name, "part": stage.part, "settings": stage.settings}
+
+
+def crashed_stage(stage: stages.Stage, error: BaseException) -> dict:
     """A stage that could not be measured at all, reported as such instead of stopping the run."""
-    stage = stages.get_stage(number)
     first_line = (str(error).strip().splitlines() or [""])[0][:200]
     note = f"{type(error).__name__}: {first_line}"
     return {
-        "stage": number,
-        "name": stage.name,
-        "settings": stage.settings,
+        **identity(stage),
         "server": stage.server,
         "ceiling": {"rps": None, "lower_bound": None, "failures": None},
         "steps": [],

@@ -42,9 +42,20 @@ TALK = {
     5: "550 QPS, 4 CPUs",
     6: "1K QPS, vCPUs not stated",
 }
+TALK_QPS = {1: 50, 2: 180, 3: 250, 4: 350, 5: 550, 6: 1000}
 
 
 # --- results from any version of the bench ------------------------------------------------------
+
+
+def in_ladder_order(result: dict) -> tuple:
+    """Stages by number, each step's parts before the whole step."""
+    return (result["stage"], result.get("part") is None, result.get("part") or "")
+
+
+def talk_figure(result: dict) -> str:
+    """The talk's figure for the same step (none for a part of one)."""
+    return "—" if result.get("part") else TALK.get(result["stage"], "—")
 
 
 def bar_of(report: dict) -> Bar:
@@ -336,7 +347,7 @@ def bound_tables(report: dict) -> list[str]:
             "|" + "---|" * (5 + len(PROJECTED_CORES)),
         ]
         for r in results:
-            cells = [f"{r['stage']} {r['name']}", *projection_cells(r, bound), TALK.get(r["stage"], "—")]
+            cells = [f"{r['stage']} {r['name']}", *projection_cells(r, bound), talk_figure(r)]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -485,21 +496,118 @@ def chart(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def chart_name(result: dict) -> str:
+    return f"stage-{result['stage']}" + (f"-{result['part']}" if result.get("part") else "") + ".png"
+
+
+def stage_chart(report: dict, result: dict, path: Path) -> None:
+    """One stage's steps: QPS and p95 (all requests, and the slowest type) against users, the talk's figure marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bar = bar_of(report)
+    steps = [s for s in result["steps"] if "rps" in s]
+    overload = result.get("overload") if (result.get("overload") or {}).get("rps") is not None else None
+    fig, qps = plt.subplots(figsize=(6.4, 4))
+    users = [s["users"] for s in steps]
+    qps.plot(users, [s["rps"] for s in steps], color="#1d7fc4", marker="o", label="requests/s")
+    met = [s for s in steps if s.get("met_bar")]
+    qps.scatter([s["users"] for s in met], [s["rps"] for s in met], s=90, facecolors="none", edgecolors="#1d7fc4",
+                label="met the bar")  # fmt: skip
+    if overload:
+        qps.scatter([overload["users"]], [overload["goodput_rps"]], color="#7f8c8d", marker="s",
+                    label="goodput past capacity")  # fmt: skip
+    talk = None if result.get("part") else TALK_QPS.get(result["stage"])
+    if talk:
+        qps.axhline(talk, color="#27ae60", linestyle="--", linewidth=1, label=f"the talk: {TALK[result['stage']]}")
+    qps.set_xlabel("locust users")
+    qps.set_ylabel("requests/s")
+    qps.legend(loc="upper left", fontsize=7)
+    latency = qps.twinx()
+    every = steps + ([overload] if overload else [])
+    latency.plot([s["users"] for s in every], [s["p95_ms"] for s in every], color="#c0392b", marker=".",
+                 linewidth=1, label="p95, all requests")  # fmt: skip
+    slowest = [(s["users"], s.get("slowest_p95_ms")) for s in every if s.get("slowest_p95_ms") is not None]
+    latency.plot([u for u, _ in slowest], [v for _, v in slowest], color="#c0392b", marker="x", linestyle="--",
+                 linewidth=1, label="p95, slowest request type")  # fmt: skip
+    latency.axhline(bar.max_p95_ms, color="#c0392b", linestyle=":", linewidth=1)
+    latency.set_yscale("log")
+    latency.set_ylabel(f"p95 ms, log scale (dotted: the bar, {bar.max_p95_ms:.0f} ms)", color="#c0392b")
+    latency.legend(loc="lower right", fontsize=7)
+    qps.set_title(
+        f"Stage {result['stage']} {result['name']}: {report['machine']['cores']} cores, bcrypt cost "
+        f"{report['bcrypt']['cost']}, run of {result['run']['date']}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 # --- the READMEs -----------------------------------------------------------------------------------
 
 
-def replace_block(path: Path, block: str) -> None:
+def markers(part: str | None = None) -> tuple[str, str]:
+    """The bench markers of a README: of the whole step, or of one of its parts."""
+    return (
+        (README_START, README_END) if part is None else (f"<!-- bench:{part}:start -->", f"<!-- bench:{part}:end -->")
+    )
+
+
+def replace_block(path: Path, block: str, part: str | None = None) -> None:
     """Put ``block`` between the bench markers of a Markdown file (appending them if missing)."""
+    start, end = markers(part)
     text = path.read_text()
-    if README_START not in text:
-        text = text.rstrip() + f"\n\n{README_START}\n{README_END}\n"
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    path.write_text(f"{head}{README_START}\n{block.strip()}\n{README_END}{tail}")
+    if start not in text:
+        text = text.rstrip() + f"\n\n{start}\n{end}\n"
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{block.strip()}\n{end}{tail}")
 
 
-def stage_figures(report: dict, result: dict, link: str) -> str:
-    """A stage README's "Measured" section, from the run the stage's figures came from."""
+def neighbours(report: dict, result: dict) -> list[dict]:
+    """What a step is read beside: the step before it (whole), then its own parts, then itself."""
+    whole = [r for r in report["stages"] if not r.get("part")]
+    before = [r for r in whole if r["stage"] < result["stage"]][-1:]
+    parts = [r for r in report["stages"] if r["stage"] == result["stage"] and r.get("part")]
+    return [*before, *parts, result]
+
+
+def beside_table(report: dict, result: dict) -> list[str]:
+    """The step against the one before it, from the same run: QPS at the bar, what logins and timelines
+    waited, and its server CPU a request read aloud (how much of it is bcrypt), with the talk's figure."""
+    lines = [
+        "| stage | run | QPS at the bar | users | p95 log in ms | p95 timeline ms | server CPU ms/req "
+        "| of it bcrypt | the rest | the talk |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in neighbours(report, result):
+        b = r["best"] or {}
+        bound = r["run"].get("bcrypt")
+        cpu = b.get("server_cpu_ms_per_request")
+        hashing = None
+        if cpu is not None and bound and b.get("hashes") is not None and b.get("requests"):
+            hashing = b["hashes"] * cpu_ms_per_hash(bound) / b["requests"]
+        cells = [
+            f"{r['stage']} {r['name']}" + (" (this step)" if r is result else ""),
+            run_label(r),
+            capacity_cell(r),
+            str(b.get("users", "—")),
+            p95_of(b, SHOWN[0][0]),
+            p95_of(b, "GET /tweets/"),
+            "—" if cpu is None else f"{cpu:.2f}",
+            "—" if hashing is None else f"{hashing:.2f}",
+            "—" if hashing is None else f"{cpu - hashing:.2f}",
+            talk_figure(r),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def stage_figures(report: dict, result: dict, link: str, picture: str | None = None) -> str:
+    """A stage README's "Measured" section (a paragraph for a part of the step), from the run the figures came from."""
     run = result["run"]
     m, plan = run.get("machine") or report["machine"], run.get("plan") or report["plan"]
     bound = run.get("bcrypt") or report["bcrypt"]
@@ -507,9 +615,11 @@ def stage_figures(report: dict, result: dict, link: str) -> str:
         f"{m['cores']} cores ({m['cpu']}), bcrypt cost {bound['cost']}, {plan['users']:,} users and "
         f"{plan['tweets']:,} tweets seeded; run of {run['date']}, commit {run['commit']}"
     )
+    heading = f"**The part `{result['part']}` alone.**" if result.get("part") else "## Measured\n"
+    image = f"\n![QPS and p95 against users, {result['stage']} {result['name']}]({picture})\n" if picture else ""
     b = result["best"]
     if not b or result["search"]["state"] == "crashed":
-        return f"## Measured\n\n{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n"
+        return f"{heading}\n{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n{image}"
     shown = ", ".join(f"{label} {p95_of(b, key)}" for key, label in SHOWN)
     overload = result.get("overload")
     past = (
@@ -523,13 +633,24 @@ def stage_figures(report: dict, result: dict, link: str) -> str:
         if result["search"].get("rejudged")
         else ""
     )
-    return (
-        f"## Measured\n\n{capacity_cell(result)} QPS at {b['users']} locust users, meeting the bar "
+    text = (
+        f"{heading}\n{capacity_cell(result)} QPS at {b['users']} locust users, meeting the bar "
         f"({bar_of(report).text()}): p95 {b['p95_ms']:.0f} ms for all requests ({shown}; slowest "
         f"{slowest_cell(b)}); {b['server_cpu_ms_per_request']} ms of server CPU a request; peak server memory "
         f"{ms(b.get('peak_server_memory_mb'))} MiB; stack ceiling (requests/s on `/healthz`): {ceiling_cell(result)}."
-        f"{past}{rejudged} On {where}; [all figures]({link}).\n"
+        f"{past}{rejudged} On {where}; [all figures]({link}).\n{image}"
     )
+    if result.get("part"):
+        return text
+    return text + "\n" + "\n".join(beside_table(report, result)) + "\n\n" + BESIDE_NOTE + "\n"
+
+
+BESIDE_NOTE = (
+    "Of it bcrypt: the window's own successful logins and registrations times the CPU of one hash as this run's "
+    "probe measured it; the rest is everything else a request costs (nginx, uWSGI, the app). The talk's figures "
+    "are its own, on 4 CPUs up to the concurrency step; ours are on this machine, with the load generator beside "
+    "the servers."
+)
 
 
 def publish(report: dict, folder: Path) -> None:
@@ -548,7 +669,8 @@ def publish(report: dict, folder: Path) -> None:
     for result in report["stages"]:
         stage = stages.get_stage(result["stage"])
         b = result["best"] or {}
-        cells = [stage.folder.name, run_label(result), capacity_cell(result), str(b.get("users", "—"))]
+        name = stage.folder.name + (f", {result['part']}" if result.get("part") else "")
+        cells = [name, run_label(result), capacity_cell(result), str(b.get("users", "—"))]
         cells += [
             ms(b.get("p95_ms")),
             p95_of(b, SHOWN[0][0]),
@@ -556,7 +678,10 @@ def publish(report: dict, folder: Path) -> None:
             str(b.get("server_cpu_ms_per_request", "—")),
         ]
         ladder.append("| " + " | ".join(cells) + " |")
-        replace_block(stage.folder / "README.md", stage_figures(report, result, f"../../results/{relative}/RESULTS.md"))
+        figures = stage_figures(
+            report, result, f"../../results/{relative}/RESULTS.md", f"../../results/{relative}/{chart_name(result)}"
+        )
+        replace_block(stage.folder / "README.md", figures, result.get("part"))
     replace_block(
         STAGES_README,
         f"Measured by `make bench` ([details](../results/{relative}/RESULTS.md)); bar: {bar_of(report).text()}:\n\n"
@@ -568,5 +693,8 @@ def write_reports(report: dict, folder: Path, publish_it: bool) -> None:
     report = normalize(report)
     (folder / "RESULTS.md").write_text(markdown(report))
     chart(report, folder / "chart.png")
+    for result in report["stages"]:
+        if any("rps" in step for step in result["steps"]):
+            stage_chart(report, result, folder / chart_name(result))
     if publish_it:
         publish(report, folder)
