@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # The best single-machine stage; on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test lint format bench profile soak locust compare clean
+.PHONY: help setup run stop test lint format bench profile explain soak locust compare clean
 .DEFAULT_GOAL := help
 
 help:
@@ -16,8 +16,9 @@ help:
 	@echo "make stop            stop servers left running (pid files under var/)"
 	@echo "make test            lint, then the whole test suite, browser and real servers included"
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
-	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1)"
+	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1, KEEP_FROM=results/<run>)"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
+	@echo "make explain STAGE=N how stage N's database runs each read the pages make (EXPLAIN, timings)"
 	@echo "make soak            the default stage under the protocol for minutes, memory sampled (USERS=, MINUTES=)"
 	@echo "make locust          locust's web UI against the stage make run serves"
 	@echo "make compare A=3 B=4 what step B changes over stage A: settings, and the code they switch on"
@@ -64,6 +65,9 @@ test: lint
 profile: $(VENV)/.installed-bench
 	@$(PY) -m tools.profile $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(SECONDS),--seconds $(SECONDS))
 
+explain: $(VENV)/.installed-run
+	@$(PY) -m tools.stages explain $(STAGE) $(if $(PART),--part $(PART))
+
 soak: $(VENV)/.installed-bench
 	@$(PY) -m tools.soak $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(MINUTES),--minutes $(MINUTES))
 
@@ -71,7 +75,7 @@ compare: $(VENV)/.installed-run
 	@$(PY) -m tools.compare $(or $(A),$(error A=stage before, B=stage after)) $(or $(B),$(error B=stage after)) $(if $(PART),--part $(PART))
 
 bench: $(VENV)/.installed-bench
-	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick)
+	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick) $(if $(KEEP_FROM),--keep-from $(KEEP_FROM))
 
 clean: stop
 	rm -rf var .pytest_cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 
@@ -352,6 +353,18 @@ def test_the_plan_reads_the_declared_settings_and_refuses_steps_going_down():
 def test_a_quick_run_keeps_its_small_data_whatever_the_environment_says():
     p = plan.make_plan([6], True, {"TWEEPY_BENCH_USERS": "10000"})
     assert p.users == 200 and p.quick
+
+
+def test_a_report_names_the_command_that_makes_it_again():
+    every = [s.number for s in stages.all_stages()]
+    default = plan.make_plan(every, False, {})
+    assert plan.command_of(asdict(default), every) == "make bench"
+    shorter = plan.make_plan([3, 4], False, {"TWEEPY_BENCH_WINDOW": "30", "TWEEPY_BENCH_STEPS": "25 50"})
+    shorter.kept_from = "results/earlier"
+    assert plan.command_of(asdict(shorter), every) == (
+        'TWEEPY_BENCH_WINDOW=30 TWEEPY_BENCH_STEPS="25 50" make bench STAGES="3 4" KEEP_FROM=results/earlier'
+    )
+    assert plan.command_of(asdict(plan.make_plan([6], True, {})), every) == 'make bench STAGES="6" QUICK=1'
 
 
 # --- make bench QUICK=1, end to end ------------------------------------------------------------------

@@ -5,9 +5,10 @@ ANALYZEd tables (the schema at head; before migration 0003 the timeline scans)."
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
-from tweepy import queries
+from tweepy import create_app, queries
+from tweepy.cli import query_plans
 from tweepy.extensions import db
 
 
@@ -28,23 +29,10 @@ def plans(app, data):
     """Run a read and return the query plan of each statement it sent."""
 
     def explain(read, *args):
-        statements = []
-
-        def capture(_conn, _cursor, statement, parameters, _context, _executemany):
-            statements.append((statement, parameters))
-
         with app.test_request_context():
-            event.listen(db.engine, "before_cursor_execute", capture)
-            try:
-                read(*args)
-            finally:
-                event.remove(db.engine, "before_cursor_execute", capture)
-            assert statements, f"{read.__name__} sent no query"
-            connection = db.session.connection().connection.driver_connection
-            return [
-                " / ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + sql, params))
-                for sql, params in statements
-            ]
+            statements = query_plans(read, *args)
+        assert statements, f"{read.__name__} sent no query"
+        return [statement.plan for statement in statements]
 
     return explain
 
@@ -85,3 +73,26 @@ def test_before_the_index_migration_the_timeline_scans_tweets(make_app, plans):
     with app.app_context():
         downgrade(revision="0002")
     assert any("SCAN tweets" in plan for plan in plans(queries.timeline_of, 1))
+
+
+def test_flask_explain_shows_the_scan_before_the_index_migration_and_the_index_after(make_app):
+    from flask_migrate import downgrade
+
+    app = make_app()
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["seed", "--users", "50", "--tweets", "2000", "--follows", "5"]).exit_code == 0
+    at_head = runner.invoke(args=["explain", "--user", "3"])
+    assert at_head.exit_code == 0, at_head.output
+    assert "schema at 0003" in at_head.output
+    assert "a timeline's first page: timeline_of(3,), 1 statement(s)" in at_head.output
+    assert "USING INDEX ix_tweets_author_id_id" in at_head.output and "SCAN tweets" not in at_head.output
+    with app.app_context():
+        downgrade(revision="0002")
+    # A process of its own, as `make explain` is: a connection keeps the plans it made at 0003.
+    settings = ("DATABASE_URL", "INSTANCE_PATH", "SECRET_KEY", "BCRYPT_LOG_ROUNDS", "TESTING")
+    before = (
+        create_app({name: app.config[name] for name in settings})
+        .test_cli_runner()
+        .invoke(args=["explain", "--user", "3"])
+    )
+    assert "schema at 0002" in before.output and "SCAN tweets" in before.output

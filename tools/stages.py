@@ -231,6 +231,9 @@ def prepare_database(stage: Stage, env: dict[str, str], seed: list[str] | None =
         subprocess.run([*flask, "seed", "--if-empty", *seed], env=env, cwd=ROOT, check=True)
 
 
+# What `make run` seeds an empty database with.
+SEED = "--users 1000 --tweets 100000 --follows 20"
+
 # Where the load generator of `make locust` and `make bench` sends from: the same machine.
 LOAD_GENERATOR_ADDRESS = "127.0.0.1"
 
@@ -474,9 +477,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("stage", type=int)
     run.add_argument("--part", help="one part of the step (stages/N-name/part-<part>.env)")
     run.add_argument("--port", type=int)
-    run.add_argument(
-        "--seed", default="--users 1000 --tweets 100000 --follows 20", help="seed options if the database is empty"
-    )
+    run.add_argument("--seed", default=SEED, help="seed options if the database is empty")
+    explain = commands.add_parser("explain", help="how the stage's database runs each read (EXPLAIN)")
+    explain.add_argument("stage", type=int)
+    explain.add_argument("--part", help="one part of the step (stages/N-name/part-<part>.env)")
     commands.add_parser("stop", help="stop anything left running")
     commands.add_parser("list", help="list the stages")
     args = parser.parse_args(argv)
@@ -491,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     stage = get_stage(args.stage, args.part)
+    if args.command == "explain":
+        # The database `make run` serves, at this stage's schema revision and with its settings.
+        env = stage_env(stage, stage.default_port)
+        prepare_database(stage, env, seed=SEED.split())
+        return subprocess.run([str(BIN / "flask"), "--app", "tweepy", "explain"], env=env, cwd=ROOT).returncode
     print(f"==> stage {stage.label}: starting, runtime files under {VAR.relative_to(ROOT)}/")
     # Served on loopback for one person and their load generator (`make locust`), whose
     # thousands of simulated sign-ups come from this one address: counted, never refused.

@@ -1,17 +1,21 @@
-"""``flask --app tweepy seed``: deterministic benchmark data, fast."""
+"""``flask --app tweepy seed``: deterministic benchmark data, fast; ``schema``: the stage's revision;
+``explain``: how the database runs each read the pages make."""
 
 from __future__ import annotations
 
 import random
+import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 import click
 from flask import Flask, current_app
 from flask.cli import with_appcontext
-from sqlalchemy import Connection, func, insert, select, text
+from sqlalchemy import Connection, event, func, insert, select, text
 
+from . import queries
 from .extensions import bcrypt, db
 from .models import Follow, Tweet, User
 
@@ -156,6 +160,88 @@ def schema_command(revision: str) -> None:
     click.echo(f"schema at {target}")
 
 
+class Statement(NamedTuple):
+    sql: str
+    parameters: Any
+    plan: str
+
+
+def query_plans(read: Callable[..., Any], *args: Any) -> list[Statement]:
+    """Every statement ``read(*args)`` sends, with the plan the database chose for it."""
+    sent = []
+
+    def capture(_conn, _cursor, sql, parameters, _context, _executemany):
+        sent.append((sql, parameters))
+
+    event.listen(db.engine, "before_cursor_execute", capture)
+    try:
+        read(*args)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", capture)
+    return [Statement(sql, parameters, _plan(sql, parameters)) for sql, parameters in sent]
+
+
+def _plan(sql: str, parameters: Any) -> str:
+    connection = db.session.connection().connection.driver_connection
+    if db.engine.dialect.name == "sqlite":
+        return " / ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + sql, parameters))
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, parameters)
+        return " / ".join(row[0].strip() for row in cursor)
+
+
+def _median_ms(statement: Statement, runs: int = 5) -> float:
+    """How long the statement takes, fetched to the last row (the median of a few runs: the first warms the cache)."""
+    connection = db.session.connection().connection.driver_connection
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        cursor = connection.cursor()
+        cursor.execute(statement.sql, statement.parameters)
+        cursor.fetchall()
+        cursor.close()
+        times.append(1000 * (time.perf_counter() - started))
+    return statistics.median(times)
+
+
+@click.command("explain")
+@with_appcontext
+@click.option("--user", "user_id", default=1, show_default=True, help="whose timeline and profile to explain")
+def explain_command(user_id: int) -> None:
+    """How the database runs each read the pages make, with the app's settings: every statement it
+    sends, the plan the database chose (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL), its time."""
+    revision = db.session.scalar(text("SELECT version_num FROM alembic_version"))
+    click.echo(f"{db.engine.url.render_as_string(hide_password=True)}, schema at {revision}")
+    with current_app.test_request_context():
+        # Each read once, in this order, so that with a cache on each still goes to the database
+        # (a timeline's page merged from author pages then shows the author pages alone).
+        follows_plans = query_plans(queries.following_of, user_id)
+        timeline_plans = query_plans(queries.timeline_of, user_id)
+        first_page = queries.timeline_of(user_id)
+        older = first_page[-1].id if first_page else None
+        reads = [
+            ("whom a user follows", queries.following_of, (user_id,), follows_plans),
+            ("a timeline's first page", queries.timeline_of, (user_id,), timeline_plans),
+            ("an older timeline page (?before=)", queries.timeline_of, (user_id, older), None),
+            ("an older profile page (?before=)", queries.tweets_by, (user_id, older), None),
+            ("a page of the users list", queries.users_page, (3,), None),
+        ]
+        for title, read, args, statements in reads:
+            statements = statements if statements is not None else query_plans(read, *args)
+            click.echo(f"\n{title}: {read.__name__}{args}, {len(statements)} statement(s)")
+            # A timeline merged from author pages sends one same statement per author: shown once.
+            shown: dict[str, list[Statement]] = {}
+            for statement in statements:
+                shown.setdefault(statement.sql, []).append(statement)
+            for sql, alike in shown.items():
+                times = [_median_ms(s) for s in alike]
+                each = f"{len(alike)} x, {statistics.median(times):.2f} ms each" if len(alike) > 1 else ""
+                click.echo(f"  {' '.join(sql.split())}")
+                click.echo(f"    plan: {alike[0].plan}")
+                click.echo(f"    time: {each or f'{times[0]:.2f} ms'}")
+
+
 def init_app(app: Flask) -> None:
     app.cli.add_command(seed_command)
     app.cli.add_command(schema_command)
+    app.cli.add_command(explain_command)

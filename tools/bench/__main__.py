@@ -4,7 +4,7 @@
     python -m tools.bench --stages "4 5 6"     some stages
     python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
     python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
-    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run
+    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run (make bench KEEP_FROM=)
 
 Settings, with their defaults and what each does, are declared in ``tools/protocol.py``
 (``SETTINGS``): TWEEPY_BENCH_USERS, _TWEETS, _FOLLOWS, _STEPS ("25 50 100"), _WINDOW, _WARMUP,
@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
     plan = make_plan(numbers, args.quick, os.environ)
+    if args.keep_from:
+        kept = args.keep_from.resolve()
+        plan.kept_from = str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept)
     now = datetime.now(UTC)
     folder = args.out or (WORK / "quick" if args.quick else RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}")
     raw = folder / "raw"

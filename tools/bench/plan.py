@@ -4,7 +4,7 @@ and the settings of ``tools/protocol.py``; and the locust command lines that car
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from tools import stages
 from tools.protocol import SETTINGS, Bar, bar_from_env, numbers, setting
@@ -32,6 +32,7 @@ class Plan:
     locust_processes: int = DEFAULTS["LOCUST_PROCESSES"]
     bar: Bar = field(default_factory=Bar)
     quick: bool = False
+    kept_from: str = ""  # an earlier run whose other stages this one's report keeps
 
 
 def quick_plan(stage_numbers: list[int]) -> Plan:
@@ -56,24 +57,30 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
     )
 
 
+# The plan's attributes each setting of tools/protocol.py sets (the steps are parsed apart).
+ATTRIBUTES = {
+    "TWEEPY_BENCH_WINDOW": "window_s",
+    "TWEEPY_BENCH_WARMUP": "warmup_s",
+    "TWEEPY_BENCH_RAMP_LIMIT": "ramp_limit_s",
+    "TWEEPY_BENCH_OVERLOAD": "overload",
+    "TWEEPY_BENCH_OVERLOAD_MAX_USERS": "overload_max_users",
+    "TWEEPY_BENCH_CEILING_USERS": "ceiling_users",
+    "LOCUST_PROCESSES": "locust_processes",
+    "TWEEPY_BENCH_USERS": "users",
+    "TWEEPY_BENCH_TWEETS": "tweets",
+    "TWEEPY_BENCH_FOLLOWS": "follows",
+}
+DATA_SIZES = ("users", "tweets", "follows")  # a quick run keeps its own
+
+
 def make_plan(stage_numbers: list[int], quick: bool, environ: Mapping[str, str]) -> Plan:
     """The plan for these stages; settings from the environment win, except data sizes in a quick run."""
     plan = quick_plan(stage_numbers) if quick else Plan(stages=stage_numbers)
     read = {name: environ.get(name, "").strip() for name in DEFAULTS}
     if read["TWEEPY_BENCH_STEPS"]:
         plan.steps = numbers(read["TWEEPY_BENCH_STEPS"])
-    for name, attribute in [
-        ("TWEEPY_BENCH_WINDOW", "window_s"),
-        ("TWEEPY_BENCH_WARMUP", "warmup_s"),
-        ("TWEEPY_BENCH_RAMP_LIMIT", "ramp_limit_s"),
-        ("TWEEPY_BENCH_OVERLOAD", "overload"),
-        ("TWEEPY_BENCH_OVERLOAD_MAX_USERS", "overload_max_users"),
-        ("TWEEPY_BENCH_CEILING_USERS", "ceiling_users"),
-        ("LOCUST_PROCESSES", "locust_processes"),
-        *([] if quick else [("TWEEPY_BENCH_USERS", "users"), ("TWEEPY_BENCH_TWEETS", "tweets")]),
-        *([] if quick else [("TWEEPY_BENCH_FOLLOWS", "follows")]),
-    ]:
-        if read[name]:
+    for name, attribute in ATTRIBUTES.items():
+        if read[name] and not (quick and attribute in DATA_SIZES):
             setattr(plan, attribute, setting(name, environ))
     plan.bcrypt_cost = int(environ.get("TWEEPY_BCRYPT_LOG_ROUNDS", "").strip() or plan.bcrypt_cost)
     plan.bar = bar_from_env(environ)
@@ -123,3 +130,25 @@ def shape_environment(plan: Plan, out, server_pids: list[int], rate: float) -> d
         "TWEEPY_BAR_FAILURES": str(plan.bar.max_failures),
         "TWEEPY_BAR_MIN_REQUESTS": str(plan.bar.min_requests),
     }
+
+
+def command_of(plan: Mapping, every_stage: list[int]) -> str:
+    """The command that makes a run with this plan (a plan as results.json keeps it), its settings spelt out
+    where they differ from the defaults, so a published table says how to make it again."""
+    defaults = asdict(quick_plan(every_stage) if plan.get("quick") else Plan(stages=every_stage))
+    changed = [
+        f"{name}={plan[attribute]:g}" if isinstance(plan[attribute], float) else f"{name}={plan[attribute]}"
+        for name, attribute in ATTRIBUTES.items()
+        if attribute in plan and plan[attribute] != defaults[attribute]
+    ]
+    if tuple(plan.get("steps", defaults["steps"])) != defaults["steps"]:
+        changed.append(f'TWEEPY_BENCH_STEPS="{" ".join(map(str, plan["steps"]))}"')
+    if plan.get("bcrypt_cost", 12) != defaults["bcrypt_cost"]:
+        changed.append(f"TWEEPY_BCRYPT_LOG_ROUNDS={plan['bcrypt_cost']}")
+    chosen = list(plan.get("stages") or every_stage)
+    arguments = ["make bench", *([f'STAGES="{" ".join(map(str, chosen))}"'] if chosen != every_stage else [])]
+    if plan.get("quick"):
+        arguments.append("QUICK=1")
+    if plan.get("kept_from"):
+        arguments.append(f"KEEP_FROM={plan['kept_from']}")
+    return " ".join([*changed, *arguments])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tools import stages
 from tools.bench.figures import PROJECTED_CORES, cpu_ms_per_hash, plain_stats, projection, protocol_qps_bound
+from tools.bench.plan import command_of
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -177,6 +178,11 @@ def capacity_cell(result: dict) -> str:
 # --- RESULTS.md ----------------------------------------------------------------------------------
 
 
+def made_by(report: dict) -> str:
+    """The command that makes this run again (its settings spelt out where they are not the defaults)."""
+    return command_of(report["plan"], [s.number for s in stages.all_stages()])
+
+
 def header(report: dict) -> list[str]:
     m, plan, g = report["machine"], report["plan"], report.get("generator") or {}
     where = (
@@ -192,7 +198,8 @@ def header(report: dict) -> list[str]:
         f"bcrypt cost {report['bcrypt']['cost']}. "
         f"Window {plan['window_s']:g} s a step, after every user has logged in. "
         f"Bar: {bar_of(report).text()}, judged on each step's ramp and window alike. "
-        f"This run: {report['date']}, commit {report['commit']}; every row names its own run.",
+        f"This run: {report['date']}, commit {report['commit']}, made by `{made_by(report)}`; "
+        "every row names its own run.",
         *([REJUDGED] if any(r["search"].get("rejudged") for r in report["stages"]) else []),
     ]
 
@@ -684,8 +691,8 @@ def publish(report: dict, folder: Path) -> None:
         replace_block(stage.folder / "README.md", figures, result.get("part"))
     replace_block(
         STAGES_README,
-        f"Measured by `make bench` ([details](../results/{relative}/RESULTS.md)); bar: {bar_of(report).text()}:\n\n"
-        + "\n".join(ladder),
+        f"Measured by `{made_by(report)}` ([details](../results/{relative}/RESULTS.md)); "
+        f"bar: {bar_of(report).text()}:\n\n" + "\n".join(ladder),
     )
 
 
