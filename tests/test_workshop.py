@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -142,3 +143,52 @@ def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
         finally:
             os.killpg(locust.pid, signal.SIGTERM)
             locust.wait(timeout=30)
+
+
+# --- the docs: every link and command they give works ---------------------------------------------
+
+DOCS = [ROOT / "README.md", stages.STAGES / "README.md", *sorted(stages.STAGES.glob("*/README.md"))]
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+# A command as the docs give it: at the start of a line of a code block, or in backticks.
+MAKE = re.compile(r"(?:^|`)make ([a-z]+)((?: [A-Z_]+=[^\s`]+)*)", re.MULTILINE)
+
+
+def test_every_link_in_the_docs_points_at_a_file_that_exists():
+    for doc in DOCS:
+        for target in LINK.findall(doc.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)} links to {target}, which is missing"
+
+
+def test_every_make_command_in_the_docs_is_a_target_and_names_a_real_stage():
+    targets = set(re.findall(r"^([a-z]+):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    numbers = {stage.number for stage in stages.all_stages()}
+    for doc in DOCS:
+        for target, arguments in MAKE.findall(doc.read_text()):
+            where = f"{doc.relative_to(ROOT)}: make {target}{arguments}"
+            assert target in targets, where
+            values = dict(argument.split("=", 1) for argument in arguments.split())
+            for name in ("STAGE", "A", "B"):
+                if name in values:
+                    assert int(values[name]) in numbers, where
+            if "PART" in values:
+                stages.get_stage(int(values["STAGE"]), values["PART"])  # exits on a part that does not exist
+            for number in values.get("STAGES", "").strip('"').split():
+                assert int(number) in numbers, where
+
+
+def test_make_explain_shows_a_stages_plans_on_the_database_make_run_serves(tmp_path):
+    env = {
+        **os.environ,
+        "TWEEPY_DATABASE_URL": f"sqlite:///{tmp_path / 'tweepy.sqlite3'}",
+        "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
+        "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
+    }
+    explain = [str(stages.BIN / "python"), "-m", "tools.stages", "explain"]
+    before = subprocess.run([*explain, "2"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert before.returncode == 0, before.stderr
+    assert "schema at 0002" in before.stdout and "SCAN tweets" in before.stdout
+    after = subprocess.run([*explain, "3"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "schema at 0003" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
+    assert "SCAN tweets" not in after.stdout
