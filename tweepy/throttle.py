@@ -33,6 +33,7 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -110,41 +111,36 @@ class RedisCounts:
 
     def counts(self, checked: list[tuple[Limit, str]]) -> list[int] | None:
         """Each subject's attempts within its limit's window, in one round trip; None if Redis cannot say."""
+        replies = self._round_trip(checked, lambda pipe, name, _limit, _now: pipe.zcard(name))
+        return None if replies is None else replies[1::2]
+
+    def note(self, attempts: list[tuple[Limit, str]]) -> bool:
+        """Add an attempt, now, for each subject, in one round trip; False if Redis did not take them."""
+
+        def add(pipe, name: str, limit: Limit, now: float) -> None:
+            pipe.zadd(name, {secrets.token_hex(8): now})
+            pipe.expire(name, math.ceil(limit.window.total_seconds()))
+
+        return self._round_trip(attempts, add) is not None
+
+    def _round_trip(self, subjects: list[tuple[Limit, str]], then: Callable) -> list | None:
+        """One transaction over each subject's set: trimmed to its window (an unthrottled address is never
+        checked, only noted, so noting trims too), then ``then``'s commands; None if Redis did not answer."""
         if time.monotonic() < self.unreachable_until:
             return None
         now = time.time()
         try:
             with self.client.pipeline(transaction=True) as pipe:
-                for limit, subject in checked:
+                for limit, subject in subjects:
                     name = self.name(limit.kind, subject)
                     pipe.zremrangebyscore(name, "-inf", f"({now - limit.window.total_seconds()}")
-                    pipe.zcard(name)
+                    then(pipe, name, limit, now)
                 replies = pipe.execute()
         except self.failed as error:
             self._lost(error)
             return None
         self._answered()
-        return replies[1::2]
-
-    def note(self, attempts: list[tuple[Limit, str]]) -> bool:
-        """Add an attempt, now, for each subject, in one round trip; False if Redis did not take them."""
-        if time.monotonic() < self.unreachable_until:
-            return False
-        now = time.time()
-        try:
-            with self.client.pipeline(transaction=True) as pipe:
-                for limit, subject in attempts:
-                    name = self.name(limit.kind, subject)
-                    # Trimmed here too: an unthrottled address is never checked, only noted.
-                    pipe.zremrangebyscore(name, "-inf", f"({now - limit.window.total_seconds()}")
-                    pipe.zadd(name, {secrets.token_hex(8): now})
-                    pipe.expire(name, math.ceil(limit.window.total_seconds()))
-                pipe.execute()
-        except self.failed as error:
-            self._lost(error)
-            return False
-        self._answered()
-        return True
+        return replies
 
     def _lost(self, error: Exception) -> None:
         if self.answering:
