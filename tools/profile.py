@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tools import stages
 from tools.bench import measure
+from tools.bench.figures import cpu_ms_per_hash
 from tools.bench.plan import make_plan
 from tools.bench.procfs import cpu_seconds, process_tree
 from tools.protocol import FIRST_LOGIN_KEY, LOG_IN, REGISTER
@@ -51,7 +52,7 @@ def busy_functions(collapsed_lines) -> tuple[Counter, Counter, dict]:
         frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
         if not frames or frames[-1].startswith(IDLE):
             counts["idle"] += int(samples)
-        elif any("bcrypt" in frame.lower() for frame in frames):
+        elif any("crypt" in frame.lower() for frame in frames):  # bcrypt, libxcrypt's _crypt, legacycrypt
             counts["hashing"] += int(samples)
         else:
             counts["busy"] += int(samples)
@@ -157,7 +158,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     window = window_counts(out / "locust_stats_history.csv", sampled_at + 1, window_end - 1)
     run_s = ramp + seconds
     per_request_ms = 1000 * cpu_window * (window_s - 2) / window_s / max(window["requests"], 1)
-    hash_ms = bound["cpu_ms_per_hash"]
+    hash_ms = cpu_ms_per_hash(bound, stage.app_setting("BCRYPT_LIBRARY"))
     hashes_per_request = window["hashes"] / max(window["requests"], 1)
     result = {
         "stage": stage_number,

@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import cache, cli, config, db_tuning, fragments, throttle
+from . import cache, cli, config, db_tuning, fragments, passwords, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 
@@ -23,8 +23,9 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     os.makedirs(app.instance_path, mode=0o700, exist_ok=True)
     app.config.update(config.load(app.instance_path, overrides))
     register_database(app)
-    register_sessions(app)
+    signing.init_app(app)
     register_extensions(app)
+    passwords.init_app(app)
     cache.init_app(app)
     throttle.init_app(app)
     fragments.init_app(app)
@@ -42,15 +43,6 @@ def register_database(app: Flask) -> None:
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
     with app.app_context():
         db_tuning.init_app(app, db.engine)
-
-
-def register_sessions(app: Flask) -> None:
-    """The session cookie: never read by scripts, not sent by other sites' forms, https-only when asked."""
-    app.config.update(
-        SESSION_COOKIE_HTTPONLY=True,
-        SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=app.config["SECURE_COOKIES"],
-    )
 
 
 def register_extensions(app: Flask) -> None:

@@ -90,6 +90,7 @@ import fcntl
 import functools
 import logging
 import mmap
+import operator
 import os
 import pickle
 import secrets
@@ -125,6 +126,10 @@ EVICTIONS_REMEMBERED = 100_000
 OWED_REMEMBERED = 10_000
 # Owed evictions paid from the table per check (more wait for the next one).
 OWED_PER_CHECK = 1000
+# Built once on the table, as writes.py's statements are: every write sends it.
+LOG_KEYS = insert(CacheInvalidation.__table__).returning(CacheInvalidation.__table__.c.id)
+# Keys each cached read remembers how to spell (about 100 bytes each).
+KEYS_SPELT = 20_000
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +155,9 @@ class ReadCache(Protocol):
         self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
     ) -> list[Any]:
         """``get_or_compute`` for each key at once; the value of ``keys[i]`` is computed by ``compute(i)``."""
+
+    def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept under ``key`` for as long as ``inputs`` are the very values it was computed from."""
 
     def forget(self, *keys: CacheKey) -> None:
         """Within a write's transaction: these keys are stale once it commits."""
@@ -199,6 +207,9 @@ class NoCache:
     ) -> list[Any]:
         return [compute(i) for i in range(len(keys))]
 
+    def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
+        return compute()
+
     def forget(self, *keys: CacheKey) -> None:
         pass
 
@@ -219,6 +230,12 @@ def size_of(value: Any) -> int:
         for item in value:
             size += size_of(item) if isinstance(item, tuple) else sys.getsizeof(item)
     return size
+
+
+def result_size(kept: tuple[tuple, Any]) -> int:
+    """Bytes a derived result holds of its own: the tuples or text it made (its rows and inputs are entries)."""
+    inputs, value = kept
+    return sys.getsizeof(inputs) + sys.getsizeof(value)
 
 
 class WriteSignal:
@@ -266,7 +283,13 @@ class LocalCache:
     enabled = True
 
     def __init__(self, max_bytes: int, ttl: float, sync_interval: float, signal: WriteSignal | None = None) -> None:
-        self.entries: cachetools.TTLCache = cachetools.TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=size_of)
+        # What was computed from entries (a timeline merged from its authors' pages, its HTML), each with the
+        # entries it came from, gets an eighth of the budget; the entries themselves the rest.
+        results_bytes = max_bytes // 8
+        self.entries: cachetools.TTLCache = cachetools.TTLCache(
+            maxsize=max_bytes - results_bytes, ttl=ttl, getsizeof=size_of
+        )
+        self.results: cachetools.LRUCache = cachetools.LRUCache(maxsize=results_bytes, getsizeof=result_size)
         # When each key was last evicted, counted in evictions: a read that began
         # before its key was evicted may hold stale rows and must not be stored.
         self.evicted_at: cachetools.TTLCache = cachetools.TTLCache(maxsize=EVICTIONS_REMEMBERED, ttl=max(ttl, 60))
@@ -313,6 +336,22 @@ class LocalCache:
                 found.append(self.get_or_compute(key, functools.partial(compute, i), keep))
         return found
 
+    def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
+        """Entries are immutable and a stale one is replaced, never changed: while every input is the
+        same object as before, the result is the same too. (It holds its inputs, so none of them is
+        freed and its id given to another object.)"""
+        with self.lock:
+            kept = self.results.get(key)
+        if kept is not None and len(kept[0]) == len(inputs) and all(map(operator.is_, kept[0], inputs)):
+            return kept[1]
+        value = compute()
+        with self.lock:
+            try:
+                self.results[key] = (inputs, value)
+            except ValueError:
+                pass  # larger than the whole store: served, not kept
+        return value
+
     def forget(self, *keys: CacheKey) -> None:
         """Log the keys in the current transaction; evict them here once it commits."""
         if not keys:
@@ -322,10 +361,7 @@ class LocalCache:
             # guarantees. On PostgreSQL two writers could commit out of order and a process that
             # synced in between would skip the earlier id for good: writers of the log take turns.
             db.session.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": LOG_WRITERS_LOCK})
-        result = db.session.execute(
-            insert(CacheInvalidation).returning(CacheInvalidation.id),
-            [{"key": key} for key in keys],
-        )
+        result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
         ids = sorted(result.scalars())
         # Prune whenever this write's ids cross a multiple of PRUNE_EVERY, however many it logged.
         if ids[-1] // PRUNE_EVERY != (ids[0] - 1) // PRUNE_EVERY:
@@ -364,6 +400,7 @@ class LocalCache:
                 # First sync, or asleep long enough to have missed pruned entries.
                 self.applied = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
                 self.entries.clear()
+                self.results.clear()
                 self.evictions += 1
                 self.cleared_at = self.evictions
             else:
@@ -496,6 +533,10 @@ class RedisCache:
         except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
             log.warning("read cache: Redis refused to keep %s: %s", ", ".join(name for name, _, _ in stores), error)
 
+    def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
+        # Every read unpickles new values: nothing computed from them is ever the same twice.
+        return compute()
+
     def forget(self, *keys: CacheKey) -> None:
         """Remember the keys; they are evicted once the transaction commits (evicting sooner would let a
         read fill them again from rows the write has not committed yet)."""
@@ -626,12 +667,14 @@ class CachedRead(Generic[P, R]):
         # A miss is not kept: its key is whatever the client asked for, and
         # keeping every miss would let anyone fill the cache.
         self.keep = keep or (lambda value: value is not None)
+        # A timeline asks for twenty-odd keys a request: each is spelt once, then looked up.
+        self._key_of = functools.lru_cache(maxsize=KEYS_SPELT)(self._spell)
         functools.update_wrapper(self, read)
 
     def key(self, *args: Hashable) -> CacheKey:
         return self._key_of(self.canonical(*args))
 
-    def _key_of(self, canonical: tuple) -> CacheKey:
+    def _spell(self, canonical: tuple) -> CacheKey:
         return CacheKey(":".join((self.name, *map(str, canonical))))
 
     def __call__(self, *args: Hashable) -> R:

@@ -30,6 +30,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SECRET_KEY", "", "Signs sessions and CSRF tokens (default: generated once, kept in the instance folder)"),
     # Passwords.
     Setting("BCRYPT_LOG_ROUNDS", 12, "bcrypt cost; the benchmark reports it next to every figure"),
+    Setting(
+        "BCRYPT_LIBRARY",
+        "pyca",
+        "bcrypt's implementation: 'pyca' (the bcrypt package) or 'libxcrypt' (the system's: same hashes, less CPU)",
+    ),
     Setting("BCRYPT_IN_THREADPOOL", False, "Hash on native threads (gevent's pool) so greenlets keep running"),
     Setting("HASHING_SLOTS", 1, "Passwords a process hashes at once (its native threads, with BCRYPT_IN_THREADPOOL)"),
     Setting("HASH_WAIT_S", 1.5, "Longest a login waits for a hashing slot, from when nginx got it; then 503"),
@@ -146,6 +151,8 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
         config["SECRET_KEY"] = _instance_secret(Path(instance_path) / "secret_key")
     if config["CACHE"] not in ("none", "local", "redis"):
         raise ValueError(f"TWEEPY_CACHE={config['CACHE']!r}: expected 'none', 'local' or 'redis'")
+    if config["BCRYPT_LIBRARY"] not in ("pyca", "libxcrypt"):
+        raise ValueError(f"TWEEPY_BCRYPT_LIBRARY={config['BCRYPT_LIBRARY']!r}: expected 'pyca' or 'libxcrypt'")
     if config["TIMELINE_FROM_CACHED_PAGES"] and config["CACHE"] == "none":
         raise ValueError("TWEEPY_TIMELINE_FROM_CACHED_PAGES merges cached pages: it needs a TWEEPY_CACHE")
     return config

@@ -26,10 +26,13 @@ import sys
 from collections.abc import Hashable
 
 import cachetools
-from flask import Flask, url_for
+from flask import Flask
 from flask_login import current_user
-from flask_wtf.csrf import generate_csrf
 from markupsafe import Markup, escape
+
+from .cache import cache
+from .signing import page_token
+from .site import links
 
 TEMPLATE = "_macros.html"
 CSRF_HOLE = Markup("<tweepy:csrf>")
@@ -52,6 +55,7 @@ def fragment_key(digest: str, row: Hashable, profiles: str = "", own: bool = Fal
 
 
 def fill_holes(html: str, csrf: str, next_url: str) -> Markup:
+    """The page's token and ``next_url`` in the holes of one's own tweets (a page without any is left as it is)."""
     return Markup(html.replace(CSRF_HOLE, escape(csrf)).replace(NEXT_HOLE, escape(next_url)))
 
 
@@ -72,12 +76,9 @@ def init_app(app: Flask) -> None:
             macro["digest"] = template_digest(app)
         return macro["item"]
 
-    def rendered_tweets(tweets, next_url: str) -> Markup:
-        """A page's tweets: kept fragments, one's own with the page's token and ``next_url`` in their holes."""
-        item = tweet_item()
-        digest, profiles = macro["digest"], url_for("users.index")
-        me = current_user.id if current_user.is_authenticated else None
-        items, holes = [], False
+    def joined(tweets, digest: str, profiles: str, me: int | None) -> str:
+        """The tweets' fragments, joined: kept ones where there are, the rest rendered (and kept)."""
+        item, items = tweet_item(), []
         for tweet in tweets:
             own = tweet.author_id == me
             key = fragment_key(digest, tweet, profiles, own)
@@ -88,9 +89,23 @@ def init_app(app: Flask) -> None:
                 if keep and entry_bytes(html) <= rendered.maxsize:
                     rendered[key] = html
             items.append(html)
-            holes |= own
-        page = "".join(items)  # every item is Markup already: nothing to escape
-        return fill_holes(page, generate_csrf(), next_url) if holes else Markup(page)
+        return "".join(items)  # every item is Markup already: nothing to escape
+
+    def rendered_tweets(tweets, next_url: str) -> Markup:
+        """A page's tweets: kept fragments, one's own with the page's token and ``next_url`` in their holes.
+
+        The same rows (the very same tuple, from the read cache) join into the same text, so with
+        FRAGMENT_CACHE the joined text is kept too, for as long as the rows are the same."""
+        tweet_item()
+        digest, profiles = macro["digest"], links()["users"]
+        me = current_user.id if current_user.is_authenticated else None
+        if keep:
+            # Keyed by the rows' id too: the entry holds them, so no other tuple can take that id meanwhile.
+            key = ("tweets", digest, profiles, me, id(tweets))
+            page = cache().derived(key, (tweets,), lambda: joined(tweets, digest, profiles, me))
+        else:
+            page = joined(tweets, digest, profiles, me)
+        return fill_holes(page, page_token(), next_url)
 
     def rendered_tweet(tweet) -> Markup:
         return rendered_tweets((tweet,), "")

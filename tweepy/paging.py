@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import abort, current_app, request, url_for
+from flask import abort, current_app, request
 
 # SQLite and PostgreSQL integers stop at 2**63 - 1; a bigger id cannot exist.
 LARGEST_ID = 2**63 - 1
@@ -33,6 +33,6 @@ def is_full(rows) -> bool:
     return len(rows) >= current_app.config["PAGE_SIZE"]
 
 
-def older_tweets_url(tweets, endpoint: str, **values) -> str | None:
-    """The link to the tweets after this page, keyed by the last id shown."""
-    return url_for(endpoint, before=tweets[-1].id, **values) if is_full(tweets) else None
+def older_tweets_url(tweets, page_url: str) -> str | None:
+    """The link to the tweets after this page (at ``page_url``, no query), keyed by the last id shown."""
+    return f"{page_url}?before={tweets[-1].id}" if is_full(tweets) else None

@@ -16,9 +16,9 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from flask import current_app
-from sqlalchemy import func, literal, select
+from sqlalchemy import bindparam, func, literal, select
 
-from .cache import memoized
+from .cache import cache, memoized
 from .extensions import db
 from .models import Follow, ThrottleEvent, Tweet, User
 
@@ -106,10 +106,14 @@ def email_taken(email: str) -> bool:
     return db.session.scalar(select(User.id).where(User.email == email.lower())) is not None
 
 
+_FOLLOWS = select(Follow.follower_id).where(
+    Follow.follower_id == bindparam("follower_id"), Follow.followed_id == bindparam("followed_id")
+)
+
+
 def follows(follower_id: int, followed_id: int) -> bool:
     """Whether one follows the other now (for a write deciding what to do; never cached)."""
-    row = select(Follow.follower_id).where(Follow.follower_id == follower_id, Follow.followed_id == followed_id)
-    return db.session.scalar(row) is not None
+    return db.session.scalar(_FOLLOWS, {"follower_id": follower_id, "followed_id": followed_id}) is not None
 
 
 @memoized("following")
@@ -157,8 +161,14 @@ def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
     query returns (a test compares them).
     """
     authors = following_of(user_id) | {user_id}
-    pages = newest_tweets_by.many((author,) for author in authors)
-    return tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), page_size()))
+    pages = tuple(newest_tweets_by.many((author,) for author in authors))
+    # Until one of the pages changes, the merge of the same pages is the same: kept, not redone.
+    size = page_size()
+    return cache().derived(
+        ("timeline", user_id, size),
+        pages,
+        lambda: tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), size)),
+    )
 
 
 # A page past the last one is empty and not kept: its number is the client's choice.

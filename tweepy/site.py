@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, current_app, render_template, request, url_for
-from flask_wtf.csrf import CSRFError, generate_csrf
+from flask_wtf.csrf import CSRFError
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from werkzeug.exceptions import HTTPException
@@ -11,6 +11,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from . import errors
 from .extensions import db
+from .signing import page_token
 
 bp = Blueprint("site", __name__)
 
@@ -41,7 +42,7 @@ def page_helpers() -> dict:
         # Where the buttons of this page (follow, delete) send people back to.
         "here": request.full_path.rstrip("?"),
         # Worked out once a page, not once a button: a page can hold fifty.
-        "csrf": generate_csrf(),
+        "csrf": page_token(),
         "links": known,
         "profiles": known["users"],
     }

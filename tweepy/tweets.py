@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, redirect, render_template, url_for
 from flask_login import current_user, login_required
 from markupsafe import Markup
 
-from . import queries, writes
+from . import queries, site, writes
 from .forms import ActionForm, TweetForm
 from .navigation import go_back
 from .paging import LARGEST_ID, older_tweets_url, tweet_id_arg
@@ -28,7 +28,7 @@ def _render_timeline(form: TweetForm | None = None, status: int = 200):
     """The timeline; ``form`` is the tweet just refused, to show again with its errors."""
     before = tweet_id_arg("before")
     tweets = queries.timeline_of(current_user.id, before)
-    older = older_tweets_url(tweets, "tweets.timeline")
+    older = older_tweets_url(tweets, site.links()["timeline"])
     return render_template("timeline.html", form=form, tweets=tweets, before=before, older_url=older), status
 
 

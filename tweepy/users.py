@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, render_template
 from flask_login import current_user, login_required
 
-from . import queries, writes
+from . import queries, site, writes
 from .forms import ActionForm
 from .navigation import go_back
 from .paging import is_full, older_tweets_url, page_arg, tweet_id_arg
@@ -39,7 +39,7 @@ def profile(name: str):
     user = _user_or_404(name)
     before = tweet_id_arg("before")
     tweets = queries.tweets_by(user.id, before)
-    older = older_tweets_url(tweets, "users.profile", name=user.name)
+    older = older_tweets_url(tweets, f"{site.links()['users']}{user.name}/")
     return render_template("profile.html", user=user, tweets=tweets, older_url=older, following=_following())
 
 

@@ -115,9 +115,21 @@ def overload_figures(window: Mapping, capacity_rps: float) -> dict:
     }
 
 
-def cpu_ms_per_hash(bound: Mapping) -> float:
+def hash_library(result: Mapping) -> str:
+    """The bcrypt library a stage hashes with: pyca unless its settings say otherwise."""
+    return (result.get("settings") or {}).get("TWEEPY_BCRYPT_LIBRARY", "pyca")
+
+
+def probe_of(bound: Mapping, library: str = "pyca") -> Mapping:
+    """The bcrypt probe's figures for one library: its own when the run probed it, else pyca's (the
+    bound's own figures), which is also what the app falls back to where the library cannot hash."""
+    return (bound.get("libraries") or {}).get(library) or bound
+
+
+def cpu_ms_per_hash(bound: Mapping, library: str = "pyca") -> float:
     """CPU time of one hash, as the bcrypt probe measured it (runs before it did: from its rate on every core)."""
-    return bound.get("cpu_ms_per_hash") or 1000 * bound["cores"] / bound["hashes_per_s"]
+    probe = probe_of(bound, library)
+    return probe.get("cpu_ms_per_hash") or 1000 * bound["cores"] / probe["hashes_per_s"]
 
 
 def protocol_qps_bound(hashes_per_s: float) -> float:

@@ -15,13 +15,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import bcrypt
-
 from tools import services, stages
 from tools.bench.figures import protocol_qps_bound
 from tools.bench.plan import Plan, locust_command, search_time_limit, shape_environment, spawn_rate
 from tools.bench.procfs import cpu_seconds, process_tree
 from tools.protocol import SEED_PASSWORD
+from tweepy import passwords
 
 ROOT = stages.ROOT
 WORK = stages.VAR / "bench"
@@ -71,30 +70,43 @@ def git_commit() -> str:
 # --- the bcrypt bound ------------------------------------------------------------------------------
 
 
-def _hash_for(args: tuple[int, float]) -> tuple[int, float, float]:
-    """Hashes for ``seconds``: how many, in how long, and the CPU time they took (this process's own)."""
-    cost, seconds = args
+def _hash_for(args: tuple[str, int, float]) -> tuple[int, float, float]:
+    """Hashes for ``seconds`` with one bcrypt library: how many, in how long, and the CPU time they took
+    (this process's own)."""
+    name, cost, seconds = args
+    make = passwords.LIBRARIES[name].hash
     count, started, cpu = 0, time.monotonic(), time.process_time()
     while time.monotonic() < started + seconds or count == 0:
-        bcrypt.hashpw(SEED_PASSWORD.encode(), bcrypt.gensalt(cost))
+        make(SEED_PASSWORD, cost)
         count += 1
     return count, time.monotonic() - started, time.process_time() - cpu
+
+
+def _probe(pool, name: str, cost: int, seconds: float, cores: int) -> dict:
+    loops = pool.map(_hash_for, [(name, cost, seconds)] * cores)
+    per_second = sum(count / wall for count, wall, _ in loops)
+    return {
+        "hashes_per_s": round(per_second, 2),
+        "cpu_ms_per_hash": round(1000 * sum(cpu for _, _, cpu in loops) / sum(count for count, _, _ in loops), 1),
+    }
 
 
 def bcrypt_bound(cost: int, seconds: float) -> dict:
     """Hashes a second with every core hashing, the CPU time of one, and the protocol QPS that allows.
 
-    Each worker times its own hashing loop, so starting the pool (a process per core) is not counted."""
+    pyca's figures are the run's bound; each bcrypt library this machine has is probed too
+    (``libraries``), so a stage is measured against the library it hashes with. Each worker times
+    its own hashing loop, so starting the pool (a process per core) is not counted."""
     cores = len(os.sched_getaffinity(0))
+    names = [name for name, library in passwords.LIBRARIES.items() if passwords.makes_pycas_hashes(library)]
     with multiprocessing.Pool(cores) as pool:
-        loops = pool.map(_hash_for, [(cost, seconds)] * cores)
-    per_second = sum(count / wall for count, wall, _ in loops)
+        libraries = {name: _probe(pool, name, cost, seconds, cores) for name in names}
     return {
         "cost": cost,
         "cores": cores,
-        "hashes_per_s": round(per_second, 2),
-        "cpu_ms_per_hash": round(1000 * sum(cpu for _, _, cpu in loops) / sum(count for count, _, _ in loops), 1),
-        "protocol_qps_bound": round(protocol_qps_bound(per_second), 1),
+        **libraries["pyca"],
+        "protocol_qps_bound": round(protocol_qps_bound(libraries["pyca"]["hashes_per_s"]), 1),
+        "libraries": libraries,
     }
 
 

@@ -15,7 +15,15 @@ import json
 from pathlib import Path
 
 from tools import stages
-from tools.bench.figures import PROJECTED_CORES, cpu_ms_per_hash, plain_stats, projection, protocol_qps_bound
+from tools.bench.figures import (
+    PROJECTED_CORES,
+    cpu_ms_per_hash,
+    hash_library,
+    plain_stats,
+    probe_of,
+    projection,
+    protocol_qps_bound,
+)
 from tools.bench.plan import command_of
 from tools.protocol import (
     AGGREGATED,
@@ -315,7 +323,8 @@ def projection_cells(result: dict, bound: dict) -> list[str]:
     b = result["best"]
     if not b or b.get("server_cpu_ms_per_request") is None or b.get("hashes") is None:
         return ["—"] * (3 + len(PROJECTED_CORES))
-    per_hash = cpu_ms_per_hash(bound)
+    library = hash_library(result)
+    per_hash = cpu_ms_per_hash(bound, library)
     parallel = parallel_processes(result)
     seconds = b.get("window_s") or 1
     projected = [
@@ -325,7 +334,7 @@ def projection_cells(result: dict, bound: dict) -> list[str]:
     hashing_ms = b["server_cpu_ms_per_request"] - projected[0]["app_cpu_ms_per_request"]
     return [
         f"{b['hashes'] / seconds:.2f} ({b['hashes']} in {seconds:g} s)",
-        f"{100 * b['hashes'] / seconds / bound['hashes_per_s']:.1f}%",
+        f"{100 * b['hashes'] / seconds / probe_of(bound, library)['hashes_per_s']:.1f}%",
         f"{b['server_cpu_ms_per_request']} ({hashing_ms:.2f} hashing)",
         *(
             f"{p['qps']:.0f}" + (f" ({p['usable_cores']} usable)" if p["usable_cores"] < p["cores"] else "")
@@ -343,14 +352,21 @@ def bound_tables(report: dict) -> list[str]:
         if not bound:
             lines.append(f"Run of {label}: its bcrypt probe is not recorded, so nothing here is computed against it.")
             continue
+        others = [
+            f"{name} {probe['hashes_per_s']} hashes/s ({probe['cpu_ms_per_hash']:.1f} ms), for the stages that "
+            f"hash with it (`TWEEPY_BCRYPT_LIBRARY={name}`)"
+            for name, probe in (bound.get("libraries") or {}).items()
+            if name != "pyca"
+        ]
         lines += [
             f"Run of {label}: bcrypt bound {bound['hashes_per_s']} hashes/s on {bound['cores']} cores "
             f"({cpu_ms_per_hash(bound):.1f} ms of CPU a hash), so at most "
             f"{protocol_qps_bound(bound['hashes_per_s']):.0f} QPS of the protocol "
-            f"({HASHES_PER_CYCLE} hashes per {REQUESTS_PER_CYCLE} requests) if the machine did nothing else.",
+            f"({HASHES_PER_CYCLE} hashes per {REQUESTS_PER_CYCLE} requests) if the machine did nothing else"
+            + (f"; {'; '.join(others)}." if others else "."),
             "",
-            f"| stage | hashes/s counted in the window | % of this run's bcrypt bound | server CPU ms/req | {cores} "
-            "| the talk (measured) |",
+            "| stage | hashes/s counted in the window | % of this run's bound (its library's) "
+            f"| server CPU ms/req | {cores} | the talk (measured) |",
             "|" + "---|" * (5 + len(PROJECTED_CORES)),
         ]
         for r in results:
@@ -596,7 +612,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
         cpu = b.get("server_cpu_ms_per_request")
         hashing = None
         if cpu is not None and bound and b.get("hashes") is not None and b.get("requests"):
-            hashing = b["hashes"] * cpu_ms_per_hash(bound) / b["requests"]
+            hashing = b["hashes"] * cpu_ms_per_hash(bound, hash_library(r)) / b["requests"]
         cells = [
             f"{r['stage']} {r['name']}" + (" (this step)" if r is result else ""),
             run_label(r),

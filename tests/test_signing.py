@@ -1,0 +1,80 @@
+"""The session cookie and the CSRF token are Flask's and Flask-WTF's own, made with less work:
+the signer is built once, and the pages of one second share one signed token, which is still
+exactly the token Flask-WTF would have made, and is still bound to its session."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from flask import g, session
+from flask_wtf.csrf import generate_csrf, validate_csrf
+from helpers.browser import Browser
+from helpers.pages import csrf_token
+
+from tweepy import signing
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The clock pages and tokens are stamped with, stopped at the next whole second (after every
+    cookie made so far: a signature from the future is refused); move it with ``clock[0] += 1``."""
+    now = [float(int(time.time()) + 1)]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    return now
+
+
+def test_pages_of_one_second_carry_the_token_flask_wtf_makes_for_that_second(app, alice, clock):
+    clock[0] += 0.2
+    first = csrf_token(alice.get("/tweets/"))
+    assert csrf_token(alice.get("/users/")) == first
+    with app.test_request_context():
+        session["csrf_token"] = _session_of(app, alice)["csrf_token"]
+        assert generate_csrf() == first
+
+
+def test_the_next_second_signs_again_and_both_tokens_are_accepted(app, alice, clock):
+    earlier = csrf_token(alice.get("/tweets/"))
+    clock[0] += 1
+    later = csrf_token(alice.get("/tweets/"))
+    assert later != earlier
+    for token in (earlier, later):
+        assert alice.client.post("/tweets/", data={"tweet": "signed", "csrf_token": token}).status_code == 303
+
+
+def test_two_sessions_in_one_second_get_tokens_of_their_own(app, alice):
+    bob = Browser(app.test_client())
+    assert bob.register("bob").status_code == 303
+    alices, bobs = csrf_token(alice.get("/tweets/")), csrf_token(bob.get("/tweets/"))
+    assert alices != bobs
+    assert bob.client.post("/tweets/", data={"tweet": "not mine", "csrf_token": alices}).status_code == 400
+
+
+def test_a_login_replaces_the_token_even_within_the_same_second(app, alice, clock):
+    before = csrf_token(alice.get("/tweets/"))
+    alice.logout()
+    assert alice.login("alice").status_code == 303
+    after = csrf_token(alice.get("/tweets/"))
+    assert after != before
+    assert alice.client.post("/tweets/", data={"tweet": "old token", "csrf_token": before}).status_code == 400
+
+
+def test_a_form_rendered_by_flask_wtf_carries_the_pages_token(app):
+    with app.test_request_context("/"):
+        session["csrf_token"] = "a" * 40
+        token = signing.page_token()
+        assert g.csrf_token == token == generate_csrf()
+        validate_csrf(token)
+
+
+def test_the_session_signer_is_made_once_and_follows_a_new_secret_key(app):
+    sessions = app.session_interface
+    assert sessions.get_signing_serializer(app) is sessions.get_signing_serializer(app)
+    first = sessions.get_signing_serializer(app)
+    app.secret_key = "another key"
+    assert sessions.get_signing_serializer(app) is not first
+
+
+def _session_of(app, browser) -> dict:
+    cookie = browser.client.get_cookie("session").value
+    return app.session_interface.get_signing_serializer(app).loads(cookie)
