@@ -216,7 +216,7 @@ def test_cpu_per_hash_is_the_probes_own_measure_when_it_recorded_one():
 
 def test_the_bcrypt_probe_counts_the_cpu_of_its_hashes_not_the_time_to_start_its_pool():
     probe = measure.bcrypt_bound(4, 0.2)
-    single = measure._hash_for((4, 0.2))
+    single = measure._hash_for(("pyca", 4, 0.2))
     assert probe["cpu_ms_per_hash"] == pytest.approx(1000 * single[2] / single[0], rel=0.5)
 
 

@@ -13,11 +13,12 @@ shows what an uncached one would.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 from helpers.browser import sign_up
-from helpers.pages import form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
+from helpers.pages import csrf_token, form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
 from helpers.stored import add_follow, add_tweets, add_users, user_id
 from helpers.worlds import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
 
@@ -309,3 +310,61 @@ def test_a_read_asked_for_many_arguments_at_once_gives_what_each_call_gives(make
         assert many[0] is first
         assert many == [queries.newest_tweets_by.uncached(author) for author in authors]
         assert {queries.newest_tweets_by.key(author) for author in authors} <= cached_keys(app)
+
+
+# --- what is computed from entries -------------------------------------------
+
+
+def test_a_result_computed_from_entries_is_kept_while_they_are_the_very_same_objects():
+    local = LocalCache(max_bytes=1 << 20, ttl=60, sync_interval=NEVER)
+    page_a, page_b = (1, 2), (3,)
+    computed = []
+
+    def merge(*pages):
+        computed.append(pages)
+        return tuple(sorted(x for page in pages for x in page))
+
+    assert local.derived("k", (page_a, page_b), lambda: merge(page_a, page_b)) == (1, 2, 3)
+    assert local.derived("k", (page_a, page_b), lambda: merge(page_a, page_b)) == (1, 2, 3)
+    assert len(computed) == 1
+    equal_but_new = tuple(list(page_a))  # a page read again: equal, but not the same object
+    assert local.derived("k", (equal_but_new, page_b), lambda: merge(equal_but_new, page_b)) == (1, 2, 3)
+    assert len(computed) == 2
+    assert local.derived("k", (page_a,), lambda: merge(page_a)) == (1, 2)  # one input fewer
+    assert len(computed) == 3
+
+
+def test_caches_that_hand_out_new_objects_compute_every_time():
+    from tweepy.cache import NoCache
+
+    computed = []
+    for _ in range(2):
+        NoCache().derived("k", ((1,),), lambda: computed.append(1))
+    assert len(computed) == 2
+
+
+def test_the_kept_merge_and_its_html_follow_a_new_tweet_of_a_followed_author(make_app):
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
+    reader = sign_up(app, "reader")
+    author = sign_up(app, "author")
+    reader.post("/users/author/follow")
+    author.post("/tweets/", {"tweet": "first"})
+    assert tweet_texts(reader.get("/tweets/"))[0] == "first"
+    assert tweet_texts(reader.get("/tweets/"))[0] == "first"  # now kept
+    author.post("/tweets/", {"tweet": "second"})
+    assert tweet_texts(reader.get("/tweets/"))[:2] == ["second", "first"]
+
+
+def test_own_tweets_from_kept_html_carry_this_pages_token_and_place(make_app):
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
+    writer = sign_up(app, "writer")
+    writer.post("/tweets/", {"tweet": "mine"})
+    first = writer.get("/tweets/")
+    writer.logout()
+    assert writer.login("writer").status_code == 303
+    again = writer.get("/tweets/")  # the same rows, so the kept HTML, with a new session's token
+    tokens = set(re.findall(r'name="csrf_token" type="hidden" value="([^"]+)"', again.get_data(as_text=True)))
+    assert tokens == {csrf_token(again)} != {csrf_token(first)}, "every form of the page, delete included"
+    delete = next(action for action in form_actions(again) if action.endswith("/delete"))
+    assert writer.client.post(delete, data={"csrf_token": csrf_token(again), "next": "/tweets/"}).status_code == 303
+    assert tweet_texts(writer.get("/tweets/")) == []

@@ -92,9 +92,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "CACHE_TIMEOUT_S", 0.25, "Longest wait for a Redis reply (tried twice); then the database serves, nothing kept"
     ),
-    Setting("TIMELINE_FROM_CACHED_PAGES", False, "Merge a timeline's first page from each author's cached page"),
+    Setting(
+        "TIMELINE_FROM_CACHED_PAGES",
+        False,
+        "Merge a timeline's first page from each author's cached page (the merge kept while they are unchanged)",
+    ),
     # Rendered tweets.
-    Setting("FRAGMENT_CACHE", False, "Keep each tweet's rendered HTML per process (keyed by row and template)"),
+    Setting(
+        "FRAGMENT_CACHE",
+        False,
+        "Keep each tweet's rendered HTML per process (keyed by row and template), and each viewer's last list",
+    ),
     Setting("FRAGMENT_CACHE_BYTES", 64 * 1024 * 1024, "Bytes of rendered HTML kept per process"),
 )
 
