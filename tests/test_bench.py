@@ -365,6 +365,29 @@ def test_a_report_names_the_command_that_makes_it_again():
         'TWEEPY_BENCH_WINDOW=30 TWEEPY_BENCH_STEPS="25 50" make bench STAGES="3 4" KEEP_FROM=results/earlier'
     )
     assert plan.command_of(asdict(plan.make_plan([6], True, {})), every) == 'make bench STAGES="6" QUICK=1'
+    variant = plan.make_plan([7], False, {"TWEEPY_BENCH_WINDOW": "30"})
+    variant.variant, variant.out = {"TWEEPY_GEVENT": "0", "TWEEPY_PROCESSES": "4"}, "results/sync"
+    assert plan.command_of(asdict(variant), every) == (
+        'TWEEPY_BENCH_WINDOW=30 .venv/bin/python -m tools.bench --stages "7" '
+        "--set TWEEPY_GEVENT=0 --set TWEEPY_PROCESSES=4 --out results/sync"
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments, refusal",
+    [
+        (["--set", "TWEEPY_GEVENT=0"], "give it a folder of its own with --out"),
+        (["--set", "GEVENT=0", "--out", "/tmp/x"], "expected TWEEPY_NAME=value"),
+        (["--set", "TWEEPY_NO_SUCH_THING=1", "--out", "/tmp/x"], "expected TWEEPY_NAME=value"),
+    ],
+)
+def test_a_variant_names_real_settings_and_is_measured_into_a_folder_of_its_own(arguments, refusal, capsys):
+    from tools.bench.__main__ import parse
+
+    with pytest.raises(SystemExit):
+        parse(arguments)
+    assert refusal in capsys.readouterr().err
+    assert parse(["--set", "TWEEPY_GEVENT=0", "--out", "/tmp/x"]).variant == {"TWEEPY_GEVENT": "0"}
 
 
 # --- make bench QUICK=1, end to end ------------------------------------------------------------------

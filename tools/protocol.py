@@ -86,7 +86,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TWEEPY_BENCH_USERS", 10_000, "Users seeded into the bench's database", 2),
     Setting("TWEEPY_BENCH_TWEETS", 1_000_000, "Tweets seeded into the bench's database", 0),
     Setting("TWEEPY_BENCH_FOLLOWS", 20, "Follows seeded for each user", 0),
-    Setting("TWEEPY_BENCH_STEPS", "25 50 100 200 300 400 600 800 1000 1200", "Locust users of each search step"),
+    Setting(
+        "TWEEPY_BENCH_STEPS",
+        "25 50 100 200 300 400 450 500 550 600 700 800 1000 1200",
+        "Locust users of each search step (finer where the stages reach their capacity)",
+    ),
     Setting("TWEEPY_BENCH_WINDOW", 60.0, "Seconds measured at each step, once every user has logged in", 1),
     Setting("TWEEPY_BENCH_WARMUP", 10.0, "Seconds before the first window (caches fill); judged with the ramp", 0),
     Setting(

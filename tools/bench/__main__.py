@@ -5,6 +5,8 @@
     python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
     python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
     python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run (make bench KEEP_FROM=)
+    python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER
+                                               a variant: the stages with some settings changed, into FOLDER only
 
 Settings, with their defaults and what each does, are declared in ``tools/protocol.py``
 (``SETTINGS``): TWEEPY_BENCH_USERS, _TWEETS, _FOLLOWS, _STEPS ("25 50 100"), _WINDOW, _WARMUP,
@@ -82,7 +84,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--report", type=Path, metavar="FOLDER", help="only redo the table, chart and READMEs from FOLDER/results.json"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="measure the stages with this setting changed (a variant; needs --out, publishes nothing)",
+    )
+    args = parser.parse_args(argv)
+    args.variant = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or name not in stages.APP_SETTING_NAMES | set(stages.SERVING_DEFAULTS):
+            parser.error(f"--set {item!r}: expected TWEEPY_NAME=value for a setting of tweepy or of the stage runner")
+        args.variant[name] = value
+    if args.variant and not args.out:
+        parser.error("--set measures a variant of the stages: give it a folder of its own with --out")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,11 +113,15 @@ def main(argv: list[str] | None = None) -> int:
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
     plan = make_plan(numbers, args.quick, os.environ)
+    plan.variant = args.variant
     if args.keep_from:
         kept = args.keep_from.resolve()
         plan.kept_from = str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept)
     now = datetime.now(UTC)
     folder = args.out or (WORK / "quick" if args.quick else RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}")
+    if args.out:
+        out = args.out.resolve()
+        plan.out = str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out)
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
 
@@ -127,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
     # Each step, after its parts (a step that changes several things measures each half on its own).
     measured = [part for n in plan.stages for part in (*stages.get_stage(n).parts(), stages.get_stage(n))]
+    for stage in measured:
+        stage.settings = {**stage.settings, **plan.variant}
+        if plan.variant:
+            stage.name += " with " + " ".join(f"{k.removeprefix('TWEEPY_')}={v}" for k, v in plan.variant.items())
     for stage in measured:
         try:
             result = bench_stage(plan, stage, master, raw, bound)

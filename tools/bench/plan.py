@@ -33,6 +33,9 @@ class Plan:
     bar: Bar = field(default_factory=Bar)
     quick: bool = False
     kept_from: str = ""  # an earlier run whose other stages this one's report keeps
+    # Settings changed from the stages' own (``--set``), for a variant measured into a folder of its own.
+    variant: dict[str, str] = field(default_factory=dict)
+    out: str = ""  # that folder
 
 
 def quick_plan(stage_numbers: list[int]) -> Plan:
@@ -146,6 +149,11 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
     if plan.get("bcrypt_cost", 12) != defaults["bcrypt_cost"]:
         changed.append(f"TWEEPY_BCRYPT_LOG_ROUNDS={plan['bcrypt_cost']}")
     chosen = list(plan.get("stages") or every_stage)
+    if plan.get("variant"):
+        # A variant has no make target: it is never published as the ladder's figures.
+        sets = [f"--set {name}={value}" for name, value in plan["variant"].items()]
+        command = [".venv/bin/python -m tools.bench", f'--stages "{" ".join(map(str, chosen))}"', *sets]
+        return " ".join([*changed, *command, f"--out {plan.get('out') or 'FOLDER'}"])
     arguments = ["make bench", *([f'STAGES="{" ".join(map(str, chosen))}"'] if chosen != every_stage else [])]
     if plan.get("quick"):
         arguments.append("QUICK=1")
