@@ -377,8 +377,8 @@ def test_a_report_names_the_command_that_makes_it_again():
     "arguments, refusal",
     [
         (["--set", "TWEEPY_GEVENT=0"], "give it a folder of its own with --out"),
-        (["--set", "GEVENT=0", "--out", "/tmp/x"], "expected TWEEPY_NAME=value"),
-        (["--set", "TWEEPY_NO_SUCH_THING=1", "--out", "/tmp/x"], "expected TWEEPY_NAME=value"),
+        (["--set", "GEVENT=0", "--out", "/tmp/x"], "expected a setting's variable=value"),
+        (["--set", "TWEEPY_" + "NO_SUCH_THING=1", "--out", "/tmp/x"], "expected a setting's variable=value"),
     ],
 )
 def test_a_variant_names_real_settings_and_is_measured_into_a_folder_of_its_own(arguments, refusal, capsys):

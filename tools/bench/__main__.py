@@ -96,7 +96,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for item in args.set:
         name, sep, value = item.partition("=")
         if not sep or name not in stages.APP_SETTING_NAMES | set(stages.SERVING_DEFAULTS):
-            parser.error(f"--set {item!r}: expected TWEEPY_NAME=value for a setting of tweepy or of the stage runner")
+            parser.error(f"--set {item!r}: expected a setting's variable=value, as TWEEPY_GEVENT=0")
         args.variant[name] = value
     if args.variant and not args.out:
         parser.error("--set measures a variant of the stages: give it a folder of its own with --out")
