@@ -102,6 +102,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the best step's (0: no overload step)", 0),
     Setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS", 2400, "The overload step never runs more users than this", 1),
     Setting("TWEEPY_BENCH_CEILING_USERS", 50, "Users asking for /healthz with no think time, for the stack ceiling", 1),
+    Setting(
+        "TWEEPY_BENCH_NETWORK_DELAY_MS",
+        0.0,
+        "Added each way between the app and PostgreSQL or Redis (tools/netdelay.py), as if on other hosts",
+        0,
+    ),
     Setting("TWEEPY_BENCH_OUT", "bench-steps.json", "Where the load shape writes its steps (the bench sets it)"),
     Setting("TWEEPY_BENCH_SERVER_PIDS", "", "Server pids whose process trees' CPU and memory are measured"),
     Setting("TWEEPY_BENCH_TIERS", "", "Tiers measured apart, 'name=pid,pid name=pid' (nginx, app nodes, PostgreSQL)"),

@@ -30,6 +30,13 @@ its next request, which also lets the logged-in user come from the cache (a
 log out is seen everywhere at once); ``CACHE_SYNC_INTERVAL`` stays as a
 safety net.
 
+What a process computes from its entries (a timeline merged from its
+authors' pages, the HTML those rows join into) is kept too, by ``derived``,
+with the very entries it was computed from. An entry is immutable, and a write
+replaces it rather than changing it, so while every input is still the same
+object the result stands: it needs no key to forget and can never outlive a
+write. (An eighth of ``CACHE_BYTES`` holds these results.)
+
 With ``CACHE=redis`` every process of every node shares one cache in Redis
 (``RedisCache``), with no layer in front of it: a read that hits costs one
 round trip. Each entry is a hash under ``CACHE_KEY_PREFIX + key`` holding the

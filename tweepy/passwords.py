@@ -1,7 +1,7 @@
 """Hashing and checking passwords with bcrypt, at the configured cost.
 
 bcrypt is the costliest thing the app does (about a quarter of a second of CPU
-at cost 12), on purpose. Three things keep it from hurting everything else:
+at cost 12), on purpose. Four things keep it from hurting everything else:
 
 * A hash never holds a database connection: the caller hashes inside
   ``with connection_given_back():``, and hashing refuses to start otherwise.

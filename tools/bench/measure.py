@@ -4,6 +4,7 @@ ran: the machine, the load generator and the commit."""
 
 from __future__ import annotations
 
+import contextlib
 import csv as csv_module
 import json
 import multiprocessing
@@ -15,7 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from tools import services, stages
+from sqlalchemy.engine import make_url
+
+from tools import netdelay, services, stages
 from tools.bench.figures import protocol_qps_bound
 from tools.bench.plan import Plan, locust_command, search_time_limit, shape_environment, spawn_rate
 from tools.bench.procfs import cpu_seconds, process_tree
@@ -26,6 +29,8 @@ ROOT = stages.ROOT
 WORK = stages.VAR / "bench"
 # The generator is the ceiling's bottleneck when its processes are this busy, or the whole machine is.
 BUSY = 0.9
+# Where PostgreSQL and Redis listen when their URL does not say.
+PORTS = {"postg": 5432, "redis": 6379}
 
 
 def say(message: str) -> None:
@@ -334,7 +339,14 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
     }
     var = WORK / f"stage{stage.slug}"
     shutil.rmtree(var, ignore_errors=True)
-    with stages.start(stage, port=stages.free_port(), var=var, env=env, seed=seed) as running:
+    with contextlib.ExitStack() as relays:
+        network = None
+        if plan.network_delay_ms and networked(stage):
+            # Seeded directly (COPY through a relay would only be slower), then served through the relays.
+            stages.prepare_database(stage, stages.stage_env(stage, 0, env), seed)
+            seed, network = None, delay_relays(plan.network_delay_ms, stage, env, relays)
+            say(f"  stage {label}: PostgreSQL and Redis through relays, {network['round_trip_ms']} ms a round trip")
+        running = relays.enter_context(stages.start(stage, port=stages.free_port(), var=var, env=env, seed=seed))
         ceiling = measure_ceiling(plan, running, raw)
         bound_text = f" (a lower bound: {ceiling['why']})" if ceiling["lower_bound"] else ""
         say(
@@ -342,6 +354,8 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
             f"(GET /healthz, {plan.ceiling_users} users, no think time)"
         )
         searched = measure_capacity(plan, running, raw, bound)
+        if network:
+            network["relay_cpu_s"] = round(cpu_seconds(network.pop("pids")), 1)
     steps = searched["steps"]
     best = max((s for s in steps if s.get("met_bar")), key=lambda s: s["users"], default=None)
     result = {
@@ -354,6 +368,7 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
         "ceiling_rps": ceiling["rps"],
         **searched,
         "best": best,
+        **({"network": network} if network else {}),
     }
     search = searched["search"]
     say(f"  stage {label}: search {search['state']}: {search.get('note') or search.get('ended', '')}")
@@ -373,6 +388,30 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
             f"max {o['max_ms']} ms"
         )
     return result
+
+
+def networked(stage: stages.Stage) -> bool:
+    """Whether the stage's database or cache is a server it reaches over the network."""
+    return stage.app_setting("DATABASE_URL").startswith("postgresql") or stage.app_setting("CACHE") == "redis"
+
+
+def delay_relays(delay_ms: float, stage: stages.Stage, env: dict, relays: contextlib.ExitStack) -> dict:
+    """Relays delaying PostgreSQL and Redis by ``delay_ms`` each way; ``env`` is pointed at them."""
+    servers = {"TWEEPY_DATABASE_URL": env.get("TWEEPY_DATABASE_URL", ""), "TWEEPY_CACHE_URL": ""}
+    if stage.app_setting("CACHE") == "redis" or stage.app_value("THROTTLE_IN_REDIS"):
+        servers["TWEEPY_CACHE_URL"] = env.get("TWEEPY_CACHE_URL") or stage.app_setting("CACHE_URL")
+    pids, round_trip = [], None
+    for name, text in servers.items():
+        if not text.startswith(("postgresql", "redis")):
+            continue
+        url, port = make_url(text), stages.free_port()
+        redis = url.drivername == "redis"
+        target = (url.host or "127.0.0.1", url.port or (6379 if redis else 5432))
+        pids.append(relays.enter_context(netdelay.relay(*target, delay_ms, port)).pid)
+        env[name] = url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        if redis:
+            round_trip = round(netdelay.round_trip_ms(port), 2)
+    return {"delay_ms_each_way": delay_ms, "round_trip_ms": round_trip, "pids": pids}
 
 
 def identity(stage: stages.Stage) -> dict:

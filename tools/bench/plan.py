@@ -26,6 +26,7 @@ class Plan:
     overload_max_users: int = DEFAULTS["TWEEPY_BENCH_OVERLOAD_MAX_USERS"]
     ceiling_s: float = 15
     ceiling_users: int = DEFAULTS["TWEEPY_BENCH_CEILING_USERS"]
+    network_delay_ms: float = DEFAULTS["TWEEPY_BENCH_NETWORK_DELAY_MS"]
     bcrypt_cost: int = 12
     bcrypt_probe_s: float = 5
     spawn_share: float = 0.15  # of the machine's hashing rate, for first logins in a ramp
@@ -68,6 +69,7 @@ ATTRIBUTES = {
     "TWEEPY_BENCH_OVERLOAD": "overload",
     "TWEEPY_BENCH_OVERLOAD_MAX_USERS": "overload_max_users",
     "TWEEPY_BENCH_CEILING_USERS": "ceiling_users",
+    "TWEEPY_BENCH_NETWORK_DELAY_MS": "network_delay_ms",
     "LOCUST_PROCESSES": "locust_processes",
     "TWEEPY_BENCH_USERS": "users",
     "TWEEPY_BENCH_TWEETS": "tweets",

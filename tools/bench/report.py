@@ -209,6 +209,24 @@ def header(report: dict) -> list[str]:
         f"This run: {report['date']}, commit {report['commit']}, made by `{made_by(report)}`; "
         "every row names its own run.",
         *([REJUDGED] if any(r["search"].get("rejudged") for r in report["stages"]) else []),
+        *network_lines(report),
+    ]
+
+
+def network_lines(report: dict) -> list[str]:
+    """What the delay relays added between the app and its database and cache, where the run had them."""
+    delayed = [r for r in report["stages"] if r.get("network")]
+    if not delayed:
+        return []
+    parts = [
+        f"{r['stage']} {r['name']}: {r['network']['round_trip_ms']} ms a round trip to Redis "
+        f"({r['network']['delay_ms_each_way']:g} ms added each way), the relays using {r['network']['relay_cpu_s']} "
+        "s of CPU over the search"
+        for r in delayed
+    ]
+    return [
+        "Network: PostgreSQL and Redis answered through delay relays (`tools/netdelay.py`), as if on other hosts; "
+        "their CPU is not the servers' and is not in any row. " + "; ".join(parts) + "."
     ]
 
 
