@@ -209,6 +209,31 @@ def test_the_projection_gives_no_stage_more_cores_than_it_can_run_at_once():
     assert report.parallel_processes({"settings": hashing_beside, "processes_setting": "4"}) == 12
 
 
+def test_a_stage_is_measured_against_the_bcrypt_library_it_hashes_with():
+    bound = {
+        **A_BOUND,
+        "cpu_ms_per_hash": 200.0,
+        "libraries": {"libxcrypt": {"hashes_per_s": 12.0, "cpu_ms_per_hash": 160.0}},
+    }
+    assert figures.cpu_ms_per_hash(bound) == 200.0
+    assert figures.cpu_ms_per_hash(bound, "libxcrypt") == 160.0
+    assert figures.cpu_ms_per_hash(A_BOUND, "libxcrypt") == figures.cpu_ms_per_hash(A_BOUND)  # not probed: pyca's
+    run = {**A_RUN, "bcrypt": bound}
+    pyca, libxcrypt = a_stage(5, "concurrency", run=run), a_stage(run=run)
+    libxcrypt["settings"] = {**libxcrypt["settings"], "TWEEPY_BCRYPT_LIBRARY": "libxcrypt"}
+    assert figures.hash_library(pyca) == "pyca" and figures.hash_library(libxcrypt) == "libxcrypt"
+    # The same window and server CPU, less of it bcrypt: more of it the rest, and a higher projection.
+    assert report.projection_cells(libxcrypt, bound)[2] != report.projection_cells(pyca, bound)[2]
+    text = report.markdown(a_report(pyca, libxcrypt))
+    assert "libxcrypt 12.0 hashes/s (160.0 ms)" in text
+
+
+def test_the_probe_measures_every_bcrypt_library_this_machine_has():
+    probe = measure.bcrypt_bound(4, 0.2)
+    assert set(probe["libraries"]) == {"pyca", "libxcrypt"}
+    assert probe["hashes_per_s"] == probe["libraries"]["pyca"]["hashes_per_s"]
+
+
 def test_cpu_per_hash_is_the_probes_own_measure_when_it_recorded_one():
     assert figures.cpu_ms_per_hash({"cores": 2, "hashes_per_s": 8.0, "cpu_ms_per_hash": 241.5}) == 241.5
     assert figures.cpu_ms_per_hash({"cores": 2, "hashes_per_s": 8.0}) == 250.0  # runs from before it did
