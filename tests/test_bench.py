@@ -396,6 +396,11 @@ def test_a_report_names_the_command_that_makes_it_again():
         'TWEEPY_BENCH_WINDOW=30 .venv/bin/python -m tools.bench --stages "7" '
         "--set TWEEPY_GEVENT=0 --set TWEEPY_PROCESSES=4 --out results/sync"
     )
+    elsewhere = plan.make_plan([7], False, {"TWEEPY_BENCH_NETWORK_DELAY_MS": "1"})
+    elsewhere.out = "results/delayed"
+    assert plan.command_of(asdict(elsewhere), every) == (
+        'TWEEPY_BENCH_NETWORK_DELAY_MS=1 .venv/bin/python -m tools.bench --stages "7" --out results/delayed'
+    )
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,18 @@ def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
 
 # --- the docs: every link and command they give works ---------------------------------------------
 
+
+def test_make_run_serves_the_single_machine_stage_that_served_the_most_in_the_published_run():
+    latest = (ROOT / "results" / "LATEST.md").read_text()
+    run = re.search(r"\]\(([^)/]+)/RESULTS\.md\)", latest).group(1)
+    report = json.loads((ROOT / "results" / run / "results.json").read_text())
+    one_machine = [r for r in report["stages"] if not r.get("part") and r["best"] and r["nodes"] == 1]
+    served = {r["stage"]: r["best"]["rps"] for r in one_machine}
+    help_text = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    default = int(re.search(r"serve stage N \(default (\d+)\)", help_text).group(1))
+    assert default == max(served, key=served.get), f"make run serves stage {default}; {run} measured {served}"
+
+
 DOCS = [ROOT / "README.md", stages.STAGES / "README.md", *sorted(stages.STAGES.glob("*/README.md"))]
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 # A command as the docs give it: at the start of a line of a code block, or in backticks.

@@ -82,7 +82,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="take the stages not run now from an earlier run's results.json",
     )
     parser.add_argument(
-        "--report", type=Path, metavar="FOLDER", help="only redo the table, chart and READMEs from FOLDER/results.json"
+        "--report",
+        type=Path,
+        metavar="FOLDER",
+        help="only redo the table and chart from FOLDER/results.json, and the READMEs if it is a published run",
     )
     parser.add_argument(
         "--set",
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         folder = args.report.resolve()
         report = json.loads((folder / "results.json").read_text())
-        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS))
+        made_elsewhere = report["plan"].get("out") or report["plan"].get("quick")
+        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS) and not made_elsewhere)
         return 0
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]

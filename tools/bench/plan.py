@@ -151,10 +151,12 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
     if plan.get("bcrypt_cost", 12) != defaults["bcrypt_cost"]:
         changed.append(f"TWEEPY_BCRYPT_LOG_ROUNDS={plan['bcrypt_cost']}")
     chosen = list(plan.get("stages") or every_stage)
-    if plan.get("variant"):
-        # A variant has no make target: it is never published as the ladder's figures.
-        sets = [f"--set {name}={value}" for name, value in plan["variant"].items()]
+    if plan.get("variant") or plan.get("out"):
+        # make has no target for a folder of one's own: such a run is never published as the ladder's figures.
+        sets = [f"--set {name}={value}" for name, value in (plan.get("variant") or {}).items()]
         command = [".venv/bin/python -m tools.bench", f'--stages "{" ".join(map(str, chosen))}"', *sets]
+        command += ["--quick"] if plan.get("quick") else []
+        command += [f"--keep-from {plan['kept_from']}"] if plan.get("kept_from") else []
         return " ".join([*changed, *command, f"--out {plan.get('out') or 'FOLDER'}"])
     arguments = ["make bench", *([f'STAGES="{" ".join(map(str, chosen))}"'] if chosen != every_stage else [])]
     if plan.get("quick"):
