@@ -106,13 +106,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def published(plan: dict) -> bool:
+    """Whether a run (its plan as results.json keeps it) gives the ladder's figures: not a smoke run,
+    nor one made into a folder of its own."""
+    return not plan.get("quick") and not plan.get("out")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.report:
         folder = args.report.resolve()
         report = json.loads((folder / "results.json").read_text())
-        made_elsewhere = report["plan"].get("out") or report["plan"].get("quick")
-        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS) and not made_elsewhere)
+        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS) and published(report["plan"]))
         return 0
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
     incomplete = [f"{r['stage']} {r['name']}" for r in report["stages"] if r["search"]["state"] != "complete"]
-    write_reports(report, folder, publish_it=not args.quick and args.out is None)
+    write_reports(report, folder, publish_it=published(report["plan"]))
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     if incomplete:
         say(f"done, but the search of stage(s) {incomplete} did not run to its end: {shown}/RESULTS.md")

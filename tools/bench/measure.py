@@ -30,7 +30,7 @@ WORK = stages.VAR / "bench"
 # The generator is the ceiling's bottleneck when its processes are this busy, or the whole machine is.
 BUSY = 0.9
 # Where PostgreSQL and Redis listen when their URL does not say.
-PORTS = {"postg": 5432, "redis": 6379}
+PORTS = {"postgresql": 5432, "redis": 6379}
 
 
 def say(message: str) -> None:
@@ -341,7 +341,7 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
     shutil.rmtree(var, ignore_errors=True)
     with contextlib.ExitStack() as relays:
         network = None
-        if plan.network_delay_ms and networked(stage):
+        if plan.network_delay_ms and networked_servers(stage, env):
             # Seeded directly (COPY through a relay would only be slower), then served through the relays.
             stages.prepare_database(stage, stages.stage_env(stage, 0, env), seed)
             seed, network = None, delay_relays(plan.network_delay_ms, stage, env, relays)
@@ -390,26 +390,25 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
     return result
 
 
-def networked(stage: stages.Stage) -> bool:
-    """Whether the stage's database or cache is a server it reaches over the network."""
-    return stage.app_setting("DATABASE_URL").startswith("postgresql") or stage.app_setting("CACHE") == "redis"
+def networked_servers(stage: stages.Stage, env: dict) -> dict[str, str]:
+    """The stage's database and cache URLs, by the variables that set them, where they are servers it
+    reaches over the network (PostgreSQL, Redis), not files."""
+    servers = {"TWEEPY_DATABASE_URL": env.get("TWEEPY_DATABASE_URL") or stage.app_setting("DATABASE_URL")}
+    if stage.app_setting("CACHE") == "redis" or stage.app_value("THROTTLE_IN_REDIS"):
+        servers["TWEEPY_CACHE_URL"] = env.get("TWEEPY_CACHE_URL") or stage.app_setting("CACHE_URL")
+    return {name: url for name, url in servers.items() if url.startswith(tuple(PORTS))}
 
 
 def delay_relays(delay_ms: float, stage: stages.Stage, env: dict, relays: contextlib.ExitStack) -> dict:
     """Relays delaying PostgreSQL and Redis by ``delay_ms`` each way; ``env`` is pointed at them."""
-    servers = {"TWEEPY_DATABASE_URL": env.get("TWEEPY_DATABASE_URL", ""), "TWEEPY_CACHE_URL": ""}
-    if stage.app_setting("CACHE") == "redis" or stage.app_value("THROTTLE_IN_REDIS"):
-        servers["TWEEPY_CACHE_URL"] = env.get("TWEEPY_CACHE_URL") or stage.app_setting("CACHE_URL")
     pids, round_trip = [], None
-    for name, text in servers.items():
-        if not text.startswith(("postgresql", "redis")):
-            continue
+    for name, text in networked_servers(stage, env).items():
         url, port = make_url(text), stages.free_port()
-        redis = url.drivername == "redis"
-        target = (url.host or "127.0.0.1", url.port or (6379 if redis else 5432))
+        backend = url.get_backend_name()
+        target = (url.host or "127.0.0.1", url.port or PORTS[backend])
         pids.append(relays.enter_context(netdelay.relay(*target, delay_ms, port)).pid)
         env[name] = url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
-        if redis:
+        if backend == "redis":
             round_trip = round(netdelay.round_trip_ms(port), 2)
     return {"delay_ms_each_way": delay_ms, "round_trip_ms": round_trip, "pids": pids}
 
