@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # The single-machine stage that serves the most users under the bar in the published run
 # (results/LATEST.md); on a branch made by stages/branches, that branch's stage.
-STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 4)
+STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
 .PHONY: help setup run stop test lint format bench profile explain soak locust compare clean
 .DEFAULT_GOAL := help

@@ -173,6 +173,14 @@ def test_every_link_in_the_docs_points_at_a_file_that_exists():
             assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)} links to {target}, which is missing"
 
 
+def test_no_doc_repeats_a_heading_the_published_figures_sit_under():
+    for doc in DOCS:
+        prose = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.MULTILINE | re.DOTALL)
+        headings = re.findall(r"^#+ .+$", prose, re.MULTILINE)
+        repeated = {h for h in headings if headings.count(h) > 1}
+        assert not repeated, f"{doc.relative_to(ROOT)} repeats {sorted(repeated)}"
+
+
 def test_every_make_command_in_the_docs_is_a_target_and_names_a_real_stage():
     targets = set(re.findall(r"^([a-z]+):", (ROOT / "Makefile").read_text(), re.MULTILINE))
     numbers = {stage.number for stage in stages.all_stages()}

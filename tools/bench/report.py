@@ -648,7 +648,8 @@ def beside_table(report: dict, result: dict) -> list[str]:
 
 
 def stage_figures(report: dict, result: dict, link: str, picture: str | None = None) -> str:
-    """A stage README's "Measured" section (a paragraph for a part of the step), from the run the figures came from."""
+    """What goes under a stage README's "Measured" heading, or under a part of the step's own heading,
+    from the run the figures came from."""
     run = result["run"]
     m, plan = run.get("machine") or report["machine"], run.get("plan") or report["plan"]
     bound = run.get("bcrypt") or report["bcrypt"]
@@ -656,11 +657,10 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         f"{m['cores']} cores ({m['cpu']}), bcrypt cost {bound['cost']}, {plan['users']:,} users and "
         f"{plan['tweets']:,} tweets seeded; run of {run['date']}, commit {run['commit']}"
     )
-    heading = f"**The part `{result['part']}` alone.**" if result.get("part") else "## Measured\n"
     image = f"\n![QPS and p95 against users, {result['stage']} {result['name']}]({picture})\n" if picture else ""
     b = result["best"]
     if not b or result["search"]["state"] == "crashed":
-        return f"{heading}\n{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n{image}"
+        return f"{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n{image}"
     shown = ", ".join(f"{label} {p95_of(b, key)}" for key, label in SHOWN)
     overload = result.get("overload")
     past = (
@@ -675,7 +675,7 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         else ""
     )
     text = (
-        f"{heading}\n{capacity_cell(result)} QPS at {b['users']} locust users, meeting the bar "
+        f"{capacity_cell(result)} QPS at {b['users']} locust users, meeting the bar "
         f"({bar_of(report).text()}): p95 {b['p95_ms']:.0f} ms for all requests ({shown}; slowest "
         f"{slowest_cell(b)}); {b['server_cpu_ms_per_request']} ms of server CPU a request; peak server memory "
         f"{ms(b.get('peak_server_memory_mb'))} MiB; stack ceiling (requests/s on `/healthz`): {ceiling_cell(result)}."
