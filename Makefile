@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The single-machine stage that serves the most users under the bar in the published run
+# The single-machine stage that serves the most QPS under the bar in the published run
 # (results/LATEST.md); on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
