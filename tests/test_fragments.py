@@ -7,7 +7,12 @@ without its key changing too.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
+
+from flask import template_rendered
+from helpers.browser import Browser, sign_up
+from helpers.pages import csrf_token, forms_of, tweet_texts
 
 from tweepy import fragments
 from tweepy.queries import TweetRow
@@ -107,3 +112,61 @@ def test_a_tweet_that_spells_a_hole_is_shown_as_text_never_filled(make_app):
     html, token = render_own(app, sneaky, "/tweets/")
     assert "&lt;tweepy:csrf&gt; &lt;tweepy:next&gt;" in html
     assert html.count(token) == 1  # the delete button's, nowhere else
+
+
+# The whole first page of a timeline, kept per viewer (fragments.kept_page), as the default stage serves it.
+KEPT_PAGES = {"CACHE": "local", "TIMELINE_FROM_CACHED_PAGES": True, "FRAGMENT_CACHE": True}
+
+
+def test_a_timeline_is_rendered_once_and_each_visit_gets_its_own_token_and_way_back(make_app, monkeypatch):
+    app = make_app(**KEPT_PAGES)
+    alice = sign_up(app, "alice")
+    assert alice.post("/tweets/", {"tweet": "mine <b>"}).status_code == 303
+    now = [float(int(time.time()) + 1)]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    seen = []
+    template_rendered.connect(lambda _app, template, context: seen.append(template.name), app, weak=False)
+
+    first = alice.get("/tweets/")
+    now[0] += 1  # the next second: a new signed token
+    second = alice.get("/tweets/?from=<here>")
+
+    assert seen.count("timeline.html") == 1
+    assert tweet_texts(first) == tweet_texts(second) == ["mine <b>"]
+    assert csrf_token(first) != csrf_token(second)
+    for page, way_back in ((first, "/tweets/"), (second, "/tweets/?from=<here>")):
+        token = csrf_token(page)
+        assert all(form["csrf_token"] == token for form in forms_of(page))
+        (delete,) = [form for form in forms_of(page) if form["action"].endswith("/delete")]
+        assert delete["next"] == way_back
+        assert "tweepy:" not in page.get_data(as_text=True)
+    assert alice.client.post("/tweets/", data={"tweet": "next", "csrf_token": csrf_token(second)}).status_code == 303
+
+
+def test_a_kept_timeline_shows_a_new_tweet_at_once(make_app):
+    app = make_app(**KEPT_PAGES)
+    alice, bob = sign_up(app, "alice"), sign_up(app, "bob")
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == []
+    assert bob.post("/tweets/", {"tweet": "hello followers"}).status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["hello followers"]
+
+
+def test_a_message_to_flash_is_shown_on_the_next_page_only(make_app):
+    app = make_app(**KEPT_PAGES)
+    browser = Browser(app.test_client())
+    assert browser.get("/tweets/", follow_redirects=True).status_code == 200  # the login form
+    assert browser.register("alice").status_code == 303
+    assert "Welcome to tweepy, alice!" in browser.get("/tweets/").get_data(as_text=True)
+    assert "Welcome" not in browser.get("/tweets/").get_data(as_text=True)
+    assert "Welcome" not in browser.get("/tweets/").get_data(as_text=True)
+
+
+def test_a_timeline_page_is_kept_only_with_the_fragment_setting(make_app):
+    app = make_app(**{**KEPT_PAGES, "FRAGMENT_CACHE": False})
+    alice = sign_up(app, "alice")
+    seen = []
+    template_rendered.connect(lambda _app, template, context: seen.append(template.name), app, weak=False)
+    alice.get("/tweets/")
+    alice.get("/tweets/")
+    assert seen.count("timeline.html") == 2

@@ -1,6 +1,7 @@
 """The session cookie and the CSRF token are Flask's and Flask-WTF's own, made with less work:
-the signer is built once, and the pages of one second share one signed token, which is still
-exactly the token Flask-WTF would have made, and is still bound to its session."""
+the signer is built once, a cookie's signature is checked once while it is kept, and the pages
+of one second share one signed token, which is still exactly the token Flask-WTF would have
+made, and is still bound to its session."""
 
 from __future__ import annotations
 
@@ -73,6 +74,40 @@ def test_the_session_signer_is_made_once_and_follows_a_new_secret_key(app):
     first = sessions.get_signing_serializer(app)
     app.secret_key = "another key"
     assert sessions.get_signing_serializer(app) is not first
+
+
+def test_a_kept_cookie_still_ends_when_the_session_lifetime_does(app, alice, clock):
+    assert alice.get("/tweets/").status_code == 200  # its cookie now checked and kept
+    clock[0] += app.permanent_session_lifetime.total_seconds() - 5
+    assert alice.get("/tweets/").status_code == 200
+    clock[0] += 10
+    assert alice.get("/tweets/").status_code == 302  # to the login form, as for a cookie never seen
+
+
+def test_a_cookie_altered_in_one_character_is_refused_after_the_real_one_was_kept(app, alice):
+    assert alice.get("/tweets/").status_code == 200
+    cookie = alice.client.get_cookie("session").value
+    for altered in (cookie[:-1] + ("A" if cookie[-1] != "A" else "B"), cookie[1:], cookie + "x"):
+        alice.client.set_cookie("session", altered)
+        assert alice.get("/tweets/").status_code == 302
+    alice.client.set_cookie("session", cookie)
+    assert alice.get("/tweets/").status_code == 200
+
+
+def test_a_cookie_is_kept_under_the_key_that_checked_it_only(app, alice):
+    assert alice.get("/tweets/").status_code == 200
+    app.secret_key = "another key"
+    assert alice.get("/tweets/").status_code == 302
+
+
+def test_only_cookies_of_plain_values_are_kept(app, browser):
+    assert browser.register("alice").status_code == 303  # its cookie holds the welcome, a list
+    with_message = browser.client.get_cookie("session").value
+    assert "Welcome" in browser.get("/tweets/").get_data(as_text=True)
+    without = browser.client.get_cookie("session").value  # the message shown, the list is gone
+    assert browser.get("/tweets/").status_code == 200
+    kept = app.session_interface.kept[2]
+    assert with_message not in kept and without in kept
 
 
 def _session_of(app, browser) -> dict:

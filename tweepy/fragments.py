@@ -20,6 +20,12 @@ a page mostly joins strings it already has. And the join itself is kept, one
 a viewer (the list they saw last), for as long as the rows are the very same
 tuple the read cache holds (``ReadCache.derived``): a timeline read again
 before any of its authors posts costs one lookup and the filling of holes.
+
+The same goes one level up for the page around them (``kept_page``): the first
+page of a timeline differs from one request to the next only in the CSRF token
+and where its buttons send people back to, so it is rendered once with those
+two holes open and kept, one a viewer, while its rows are the same. A page
+with a message to flash is rendered afresh, since showing it uses it up.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import sys
 from collections.abc import Hashable
 
 import cachetools
-from flask import Flask
+from flask import Flask, current_app, g, render_template, request, session
 from flask_login import current_user
 from markupsafe import Markup, escape
 
@@ -60,6 +66,30 @@ def fragment_key(digest: str, row: Hashable, profiles: str = "", own: bool = Fal
 def fill_holes(html: str, csrf: str, next_url: str) -> Markup:
     """The page's token and ``next_url`` in the holes of one's own tweets (a page without any is left as it is)."""
     return Markup(html.replace(CSRF_HOLE, escape(csrf)).replace(NEXT_HOLE, escape(next_url)))
+
+
+# Set in ``g`` while a page is rendered to be kept: its tweets keep their holes for the page's.
+HOLES_OPEN = "tweepy_holes_open"
+
+
+def kept_page(template: str, rows: tuple, **context) -> Markup:
+    """``render_template(template, **context)`` for the logged-in viewer, kept with FRAGMENT_CACHE
+    while ``rows`` (all the page shows besides the viewer) are the very same tuple the read cache holds.
+
+    The page's token (``csrf``) and ``here`` are holes in what is kept, filled for each request."""
+    if not current_app.config["FRAGMENT_CACHE"] or "_flashes" in session:
+        return Markup(render_template(template, **context))
+
+    def render_with_holes() -> str:
+        setattr(g, HOLES_OPEN, True)
+        try:
+            return render_template(template, **context, csrf=CSRF_HOLE, here=NEXT_HOLE)
+        finally:
+            delattr(g, HOLES_OPEN)
+
+    key = ("page", template, request.script_root, current_user.id, current_user.name)
+    page = cache().derived(key, (rows,), render_with_holes)
+    return fill_holes(page, page_token(), request.full_path.rstrip("?"))
 
 
 def init_app(app: Flask) -> None:
@@ -109,6 +139,8 @@ def init_app(app: Flask) -> None:
             page = cache().derived(key, (tweets,), lambda: joined(tweets, digest, profiles, me))
         else:
             page = joined(tweets, digest, profiles, me)
+        if g.get(HOLES_OPEN):
+            return Markup(page)  # the whole page is being kept: it fills these holes with its own
         return fill_holes(page, page_token(), next_url)
 
     def rendered_tweet(tweet) -> Markup:

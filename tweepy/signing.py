@@ -6,6 +6,13 @@ only the work around them is done less often:
 * Flask builds the session's signing serializer twice a request (to read the
   cookie and to write it back); ``SessionInterface`` builds it once per
   secret key and keeps it (it holds no state between calls).
+* Flask checks the cookie's signature on every request, although a browser
+  sends the very same cookie until its session changes. ``SessionInterface``
+  keeps what recently checked cookies hold, under the exact cookie text, with
+  the time each was signed: the same text is the same signature, so only its
+  age is checked again. What a cookie holds is copied into each request's
+  session, and only cookies of plain values are kept (flashed messages are a
+  list, changed in place).
 * Flask-WTF signs the session's CSRF token once a page, and the signature
   covers only that token and the time in whole seconds. ``page_token`` keeps
   each session's signed token for the rest of its second, so the pages of one
@@ -15,29 +22,65 @@ only the work around them is done less often:
 
 from __future__ import annotations
 
+import threading
 import time
 
-from flask import Flask, current_app, g, session
-from flask.sessions import SecureCookieSessionInterface
+import cachetools
+from flask import Flask, Request, current_app, g, session
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from flask_wtf.csrf import generate_csrf
-from itsdangerous import URLSafeTimedSerializer
+from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 # Flask-WTF's names for the token: its key in the session, and where it keeps the signed one for the request.
 TOKEN = "csrf_token"
 
+# Checked cookies kept per process: about 300 bytes each, and a session's older cookies leave first.
+OPENED_COOKIES = 10_000
+PLAIN = (str, int, float, bool, type(None))
+
 
 class SessionInterface(SecureCookieSessionInterface):
-    """Flask's signed-cookie sessions, with the signing serializer made once per secret key."""
+    """Flask's signed-cookie sessions: the signing serializer made once per secret key, and each
+    cookie's signature checked once while it is kept (what it holds, and when it was signed)."""
 
     def __init__(self) -> None:
-        self.kept: tuple[tuple, URLSafeTimedSerializer | None] | None = None
+        self.kept: tuple[tuple, URLSafeTimedSerializer | None, cachetools.LRUCache] | None = None
+        self.lock = threading.Lock()
 
-    def get_signing_serializer(self, app: Flask) -> URLSafeTimedSerializer | None:
+    def _kept_for(self, app: Flask) -> tuple[tuple, URLSafeTimedSerializer | None, cachetools.LRUCache]:
+        # A new secret key starts afresh: cookies are kept only under the keys that checked them.
         keys = (app.secret_key, tuple(app.config["SECRET_KEY_FALLBACKS"] or ()))
         kept = self.kept
         if kept is None or kept[0] != keys:
-            kept = self.kept = (keys, super().get_signing_serializer(app))
-        return kept[1]
+            kept = self.kept = (keys, super().get_signing_serializer(app), cachetools.LRUCache(OPENED_COOKIES))
+        return kept
+
+    def get_signing_serializer(self, app: Flask) -> URLSafeTimedSerializer | None:
+        return self._kept_for(app)[1]
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        _keys, serializer, opened = self._kept_for(app)
+        cookie = request.cookies.get(self.get_cookie_name(app))
+        if serializer is None or not cookie:
+            return super().open_session(app, request)
+        max_age = int(app.permanent_session_lifetime.total_seconds())
+        with self.lock:
+            known = opened.get(cookie)
+        if known is None:
+            try:
+                data, signed_at = serializer.loads(cookie, max_age=max_age, return_timestamp=True)
+            except BadSignature:  # forged, altered or expired: an empty session, as Flask's own
+                return self.session_class()
+            known = (data, int(signed_at.timestamp()))
+            if isinstance(data, dict) and all(isinstance(value, PLAIN) for value in data.values()):
+                with self.lock:
+                    opened[cookie] = known
+        data, signed_at = known
+        if not 0 <= int(time.time()) - signed_at <= max_age:  # itsdangerous' own test of its age
+            with self.lock:
+                opened.pop(cookie, None)
+            return self.session_class()
+        return self.session_class(data)
 
 
 class SignedThisSecond:

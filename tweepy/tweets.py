@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, redirect, render_template, url_for
 from flask_login import current_user, login_required
 from markupsafe import Markup
 
-from . import queries, site, writes
+from . import fragments, queries, site, writes
 from .forms import ActionForm, TweetForm
 from .navigation import go_back
 from .paging import LARGEST_ID, older_tweets_url, tweet_id_arg
@@ -29,6 +29,9 @@ def _render_timeline(form: TweetForm | None = None, status: int = 200):
     before = tweet_id_arg("before")
     tweets = queries.timeline_of(current_user.id, before)
     older = older_tweets_url(tweets, site.links()["timeline"])
+    if form is None and before is None:
+        # The first page, as every visit shows it: the same while its rows are.
+        return fragments.kept_page("timeline.html", tweets, tweets=tweets, older_url=older, form=None, before=None)
     return render_template("timeline.html", form=form, tweets=tweets, before=before, older_url=older), status
 
 
