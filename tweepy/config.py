@@ -101,7 +101,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "FRAGMENT_CACHE",
         False,
-        "Keep each tweet's rendered HTML per process (keyed by row and template), and each viewer's last list",
+        "Keep rendered HTML per process: each tweet (keyed by row and template), each viewer's last list and timeline",
     ),
     Setting("FRAGMENT_CACHE_BYTES", 64 * 1024 * 1024, "Bytes of rendered HTML kept per process"),
 )
