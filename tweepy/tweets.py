@@ -31,7 +31,8 @@ def _render_timeline(form: TweetForm | None = None, status: int = 200):
     older = older_tweets_url(tweets, site.links()["timeline"])
     if form is None and before is None:
         # The first page, as every visit shows it: the same while its rows are.
-        return fragments.kept_page("timeline.html", tweets, tweets=tweets, older_url=older, form=None, before=None)
+        page = fragments.kept_page("timeline.html", tweets, tweets=tweets, older_url=older, form=None, before=None)
+        return page, status
     return render_template("timeline.html", form=form, tweets=tweets, before=before, older_url=older), status
 
 
