@@ -118,14 +118,20 @@ def test_a_tweet_that_spells_a_hole_is_shown_as_text_never_filled(make_app):
 KEPT_PAGES = {"CACHE": "local", "TIMELINE_FROM_CACHED_PAGES": True, "FRAGMENT_CACHE": True}
 
 
+def rendered_templates(app) -> list[str]:
+    """The names of the templates ``app`` renders from now on (Flask's own signal)."""
+    seen = []
+    template_rendered.connect(lambda _app, template, context: seen.append(template.name), app, weak=False)
+    return seen
+
+
 def test_a_timeline_is_rendered_once_and_each_visit_gets_its_own_token_and_way_back(make_app, monkeypatch):
     app = make_app(**KEPT_PAGES)
     alice = sign_up(app, "alice")
     assert alice.post("/tweets/", {"tweet": "mine <b>"}).status_code == 303
     now = [float(int(time.time()) + 1)]
     monkeypatch.setattr(time, "time", lambda: now[0])
-    seen = []
-    template_rendered.connect(lambda _app, template, context: seen.append(template.name), app, weak=False)
+    seen = rendered_templates(app)
 
     first = alice.get("/tweets/")
     now[0] += 1  # the next second: a new signed token
@@ -165,8 +171,7 @@ def test_a_message_to_flash_is_shown_on_the_next_page_only(make_app):
 def test_a_timeline_page_is_kept_only_with_the_fragment_setting(make_app):
     app = make_app(**{**KEPT_PAGES, "FRAGMENT_CACHE": False})
     alice = sign_up(app, "alice")
-    seen = []
-    template_rendered.connect(lambda _app, template, context: seen.append(template.name), app, weak=False)
+    seen = rendered_templates(app)
     alice.get("/tweets/")
     alice.get("/tweets/")
     assert seen.count("timeline.html") == 2

@@ -41,7 +41,7 @@ from markupsafe import Markup, escape
 
 from .cache import cache
 from .signing import page_token
-from .site import links
+from .site import here, links
 
 TEMPLATE = "_macros.html"
 CSRF_HOLE = Markup("<tweepy:csrf>")
@@ -89,7 +89,7 @@ def kept_page(template: str, rows: tuple, **context) -> Markup:
 
     key = ("page", template, request.script_root, current_user.id, current_user.name)
     page = cache().derived(key, (rows,), render_with_holes)
-    return fill_holes(page, page_token(), request.full_path.rstrip("?"))
+    return fill_holes(page, page_token(), here())
 
 
 def init_app(app: Flask) -> None:

@@ -66,20 +66,17 @@ class SessionInterface(SecureCookieSessionInterface):
         max_age = int(app.permanent_session_lifetime.total_seconds())
         with self.lock:
             known = opened.get(cookie)
-        if known is None:
-            try:
-                data, signed_at = serializer.loads(cookie, max_age=max_age, return_timestamp=True)
-            except BadSignature:  # forged, altered or expired: an empty session, as Flask's own
-                return self.session_class()
-            known = (data, int(signed_at.timestamp()))
-            if isinstance(data, dict) and all(isinstance(value, PLAIN) for value in data.values()):
-                with self.lock:
-                    opened[cookie] = known
-        data, signed_at = known
-        if not 0 <= int(time.time()) - signed_at <= max_age:  # itsdangerous' own test of its age
+        if known is not None and 0 <= int(time.time()) - known[1] <= max_age:  # itsdangerous' own test of age
+            return self.session_class(known[0])
+        try:  # a cookie not kept, or kept past its age: checked in full, as Flask does
+            data, signed_at = serializer.loads(cookie, max_age=max_age, return_timestamp=True)
+        except BadSignature:  # forged, altered or expired: an empty session, as Flask's own
             with self.lock:
                 opened.pop(cookie, None)
             return self.session_class()
+        if isinstance(data, dict) and all(isinstance(value, PLAIN) for value in data.values()):
+            with self.lock:
+                opened[cookie] = (data, int(signed_at.timestamp()))
         return self.session_class(data)
 
 

@@ -35,12 +35,16 @@ def links() -> dict[str, str]:
     return known[request.script_root]
 
 
+def here() -> str:
+    """Where the buttons of this page (follow, delete) send people back to."""
+    return request.full_path.rstrip("?")
+
+
 @bp.app_context_processor
 def page_helpers() -> dict:
     known = links()
     return {
-        # Where the buttons of this page (follow, delete) send people back to.
-        "here": request.full_path.rstrip("?"),
+        "here": here(),
         # Worked out once a page, not once a button: a page can hold fifty.
         "csrf": page_token(),
         "links": known,

@@ -28,12 +28,16 @@ def _render_timeline(form: TweetForm | None = None, status: int = 200):
     """The timeline; ``form`` is the tweet just refused, to show again with its errors."""
     before = tweet_id_arg("before")
     tweets = queries.timeline_of(current_user.id, before)
-    older = older_tweets_url(tweets, site.links()["timeline"])
+    context = {
+        "form": form,
+        "tweets": tweets,
+        "before": before,
+        "older_url": older_tweets_url(tweets, site.links()["timeline"]),
+    }
     if form is None and before is None:
         # The first page, as every visit shows it: the same while its rows are.
-        page = fragments.kept_page("timeline.html", tweets, tweets=tweets, older_url=older, form=None, before=None)
-        return page, status
-    return render_template("timeline.html", form=form, tweets=tweets, before=before, older_url=older), status
+        return fragments.kept_page("timeline.html", tweets, **context), status
+    return render_template("timeline.html", **context), status
 
 
 @bp.get("/")
