@@ -14,7 +14,7 @@ from flask import template_rendered
 from helpers.browser import Browser, sign_up
 from helpers.pages import csrf_token, forms_of, tweet_texts
 
-from tweepy import fragments
+from tweepy import fragments, signing
 from tweepy.queries import TweetRow
 
 ROW = TweetRow(id=7, author_id=2, author_name="bob", text="hello <world>", posted=datetime(2026, 1, 2, 3, 4))
@@ -134,7 +134,7 @@ def test_a_timeline_is_rendered_once_and_each_visit_gets_its_own_token_and_way_b
     seen = rendered_templates(app)
 
     first = alice.get("/tweets/")
-    now[0] += 1  # the next second: a new signed token
+    now[0] += signing.TOKEN_PERIOD_S  # the next minute: a new signed token
     second = alice.get("/tweets/?from=<here>")
 
     assert seen.count("timeline.html") == 1

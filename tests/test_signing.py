@@ -1,7 +1,7 @@
 """The session cookie and the CSRF token are Flask's and Flask-WTF's own, made with less work:
 the signer is built once, a cookie's signature is checked once while it is kept, and the pages
-of one second share one signed token, which is still exactly the token Flask-WTF would have
-made, and is still bound to its session."""
+of one minute share one signed token, which is still exactly the token Flask-WTF would have
+made at the minute's first page, and is still bound to its session."""
 
 from __future__ import annotations
 
@@ -18,32 +18,57 @@ from tweepy import signing
 
 @pytest.fixture
 def clock(monkeypatch):
-    """The clock pages and tokens are stamped with, stopped at the next whole second (after every
-    cookie made so far: a signature from the future is refused); move it with ``clock[0] += 1``."""
-    now = [float(int(time.time()) + 1)]
+    """The clock pages and tokens are stamped with, stopped at the start of the next minute (after
+    every cookie made so far: a signature from the future is refused); move it with ``clock[0] += 1``."""
+    period = signing.TOKEN_PERIOD_S
+    now = [float((int(time.time()) // period + 1) * period)]
     monkeypatch.setattr(time, "time", lambda: now[0])
     return now
 
 
-def test_pages_of_one_second_carry_the_token_flask_wtf_makes_for_that_second(app, alice, clock):
+def test_pages_of_one_minute_carry_the_token_flask_wtf_made_at_its_first_page(app, alice, clock):
     clock[0] += 0.2
     first = csrf_token(alice.get("/tweets/"))
-    assert csrf_token(alice.get("/users/")) == first
     with app.test_request_context():
         session["csrf_token"] = _session_of(app, alice)["csrf_token"]
         assert generate_csrf() == first
+    clock[0] += signing.TOKEN_PERIOD_S - 1
+    assert csrf_token(alice.get("/users/")) == first
+    assert alice.client.post("/tweets/", data={"tweet": "signed", "csrf_token": first}).status_code == 303
 
 
-def test_the_next_second_signs_again_and_both_tokens_are_accepted(app, alice, clock):
+def test_the_next_minute_signs_again_and_both_tokens_are_accepted(app, alice, clock):
     earlier = csrf_token(alice.get("/tweets/"))
-    clock[0] += 1
+    clock[0] += signing.TOKEN_PERIOD_S
     later = csrf_token(alice.get("/tweets/"))
     assert later != earlier
     for token in (earlier, later):
         assert alice.client.post("/tweets/", data={"tweet": "signed", "csrf_token": token}).status_code == 303
 
 
-def test_two_sessions_in_one_second_get_tokens_of_their_own(app, alice):
+def test_a_token_shown_again_late_in_its_minute_still_works_for_59_minutes_more(app, alice, clock):
+    token = csrf_token(alice.get("/tweets/"))
+    clock[0] += signing.TOKEN_PERIOD_S - 1
+    assert csrf_token(alice.get("/tweets/")) == token  # shown again, 59 s after it was signed
+    clock[0] += 59 * 60
+    assert alice.client.post("/tweets/", data={"tweet": "in time", "csrf_token": token}).status_code == 303
+    clock[0] += 2
+    assert alice.client.post("/tweets/", data={"tweet": "too late", "csrf_token": token}).status_code == 400
+
+
+def test_a_minute_keeps_the_tokens_of_so_many_sessions_then_starts_afresh(app, alice, clock, monkeypatch):
+    monkeypatch.setattr(signing, "TOKENS_A_PERIOD", 2)
+    others = [Browser(app.test_client()) for _ in range(2)]
+    for name, other in zip(("bob", "carol"), others, strict=True):
+        assert other.register(name).status_code == 303
+    tokens = [csrf_token(browser.get("/tweets/")) for browser in (alice, *others)]
+    assert len(app.extensions["tweepy_page_tokens"].tokens) <= 2
+    assert len(set(tokens)) == 3  # each still its own session's
+    for browser, token in zip((alice, *others), tokens, strict=True):
+        assert csrf_token(browser.get("/users/")) == token  # signed again at most, in the same second
+
+
+def test_two_sessions_in_one_minute_get_tokens_of_their_own(app, alice):
     bob = Browser(app.test_client())
     assert bob.register("bob").status_code == 303
     alices, bobs = csrf_token(alice.get("/tweets/")), csrf_token(bob.get("/tweets/"))
@@ -51,7 +76,7 @@ def test_two_sessions_in_one_second_get_tokens_of_their_own(app, alice):
     assert bob.client.post("/tweets/", data={"tweet": "not mine", "csrf_token": alices}).status_code == 400
 
 
-def test_a_login_replaces_the_token_even_within_the_same_second(app, alice, clock):
+def test_a_login_replaces_the_token_even_within_the_same_minute(app, alice, clock):
     before = csrf_token(alice.get("/tweets/"))
     alice.logout()
     assert alice.login("alice").status_code == 303

@@ -15,9 +15,10 @@ only the work around them is done less often:
   list, changed in place).
 * Flask-WTF signs the session's CSRF token once a page, and the signature
   covers only that token and the time in whole seconds. ``page_token`` keeps
-  each session's signed token for the rest of its second, so the pages of one
-  second share one signature, and every token is still one Flask-WTF made
-  and checks (valid for an hour, for that session only).
+  each session's signed token for the rest of its minute, so the pages of one
+  minute share one signature, and every token is still one Flask-WTF made and
+  checks, for that session only. A page's token is at most a minute old when
+  shown, so its forms work for at least 59 of Flask-WTF's 60 minutes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ TOKEN = "csrf_token"
 # Checked cookies kept per process: about 300 bytes each, and a session's older cookies leave first.
 OPENED_COOKIES = 10_000
 PLAIN = (str, int, float, bool, type(None))
+# How long a session's signed CSRF token is shown again (Flask-WTF accepts one for an hour),
+# and how many sessions' tokens a period keeps (about 200 bytes each) before it starts afresh.
+TOKEN_PERIOD_S = 60
+TOKENS_A_PERIOD = 10_000
 
 
 class SessionInterface(SecureCookieSessionInterface):
@@ -80,32 +85,32 @@ class SessionInterface(SecureCookieSessionInterface):
         return self.session_class(data)
 
 
-class SignedThisSecond:
-    """Each session's signed CSRF token, for the current second only: a new second starts afresh,
-    so what is kept is bounded by the sessions one second sees."""
+class SignedThisPeriod:
+    """Each session's signed CSRF token, for the current period (``TOKEN_PERIOD_S``) only: a new
+    period starts afresh, and so does one that has seen ``TOKENS_A_PERIOD`` sessions."""
 
     def __init__(self) -> None:
-        self.second, self.tokens = 0, {}
+        self.period, self.tokens = -1, {}
 
     def get(self, raw: str, now: int) -> str | None:
-        return self.tokens.get(raw) if now == self.second else None
+        return self.tokens.get(raw) if now // TOKEN_PERIOD_S == self.period else None
 
     def keep(self, raw: str, now: int, signed: str) -> None:
-        if now != self.second:
-            self.second, self.tokens = now, {}
+        if now // TOKEN_PERIOD_S != self.period or len(self.tokens) >= TOKENS_A_PERIOD:
+            self.period, self.tokens = now // TOKEN_PERIOD_S, {}
         self.tokens[raw] = signed
 
 
 def page_token() -> str:
-    """The CSRF token for this page's forms: Flask-WTF's, signed at most once a second per session."""
-    if TOKEN in g or TOKEN not in session:
-        return generate_csrf()  # already signed for this request, or a session that has no token yet
-    kept: SignedThisSecond = current_app.extensions["tweepy_page_tokens"]
-    raw, now = session[TOKEN], int(time.time())
-    signed = kept.get(raw, now)
+    """The CSRF token for this page's forms: Flask-WTF's, signed at most once a period per session."""
+    if TOKEN in g:
+        return generate_csrf()  # already signed for this request
+    kept: SignedThisPeriod = current_app.extensions["tweepy_page_tokens"]
+    now = int(time.time())
+    signed = kept.get(session[TOKEN], now) if TOKEN in session else None
     if signed is None:
-        signed = generate_csrf()
-        kept.keep(raw, now, signed)
+        signed = generate_csrf()  # which gives a session with no token its own first
+        kept.keep(session[TOKEN], now, signed)
     else:
         # Where Flask-WTF looks first, so its own calls in this request (form.csrf_token) give the same token.
         setattr(g, TOKEN, signed)
@@ -120,4 +125,4 @@ def init_app(app: Flask) -> None:
         SESSION_COOKIE_SECURE=app.config["SECURE_COOKIES"],
     )
     app.session_interface = SessionInterface()
-    app.extensions["tweepy_page_tokens"] = SignedThisSecond()
+    app.extensions["tweepy_page_tokens"] = SignedThisPeriod()
