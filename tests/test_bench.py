@@ -265,6 +265,21 @@ def test_every_row_names_its_run_and_commit_even_in_a_stage_readme():
     assert "run of 2026-11-21 08:00 UTC, commit 0ld0ld0" in readme
 
 
+def test_a_profile_names_the_commit_its_servers_ran_not_the_tree_it_ended_with(monkeypatch):
+    from tools import profile
+
+    monkeypatch.setattr(measure, "git_commit", lambda: "abc1234+changes")  # edited while it ran
+    result = {
+        "stage": 6, "commit": "abc1234", "users": 300, "seconds": 333.0, "bcrypt_cost": 12, "rps": 180.0,
+        "data": {"users": 10_000, "tweets": 1_000_000}, "failures": 0, "requests": 59_000,
+        "window": {"requests": 7000, "seconds": 28.0, "hashes": 90}, "server_cpu_ms_per_request": 5.0,
+        "bcrypt_ms_per_request": 3.0, "cpu_ms_per_hash": 230.0, "non_bcrypt_cpu_ms_per_request": 2.0,
+        "p95_ms": {"all": "120"},
+    }  # fmt: skip
+    text = profile.summary(result, stages.get_stage(6), "top")
+    assert "commit abc1234." in text and "+changes" not in text
+
+
 def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_used():
     earlier = {"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "bcrypt": {**A_BOUND, "hashes_per_s": 9.0}}
     text = report.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))

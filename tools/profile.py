@@ -130,6 +130,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     env = measure.bench_data_environment(plan, "profile")
     rate = max(1.0, round(plan.spawn_share * bound["hashes_per_s"], 1))
     ramp = users / rate
+    commit = measure.git_commit()  # what the servers load now, whatever the tree holds when the run ends
     with stages.start(stage, port=stages.free_port(), var=measure.WORK / "profile-var", env=env) as running:
         roots = [process.pid for _, process in running.children]
         command = [
@@ -162,6 +163,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     hashes_per_request = window["hashes"] / max(window["requests"], 1)
     result = {
         "stage": stage_number,
+        "commit": commit,
         "users": users,
         "seconds": run_s,
         "bcrypt_cost": plan.bcrypt_cost,
@@ -190,7 +192,7 @@ def summary(result: dict, stage: stages.Stage, top: str) -> str:
             "",
             f"{m['cores']} cores ({m['cpu']}); locust on the same machine; {result['users']} users for "
             f"{result['seconds']:.0f} s; bcrypt cost {result['bcrypt_cost']}; {data['users']:,} users and "
-            f"{data['tweets']:,} tweets seeded; commit {measure.git_commit()}.",
+            f"{data['tweets']:,} tweets seeded; commit {result['commit']}.",
             "",
             f"- {result['rps']:.1f} requests/s over the run, {result['failures']} failed of {result['requests']}.",
             f"- Server CPU (nginx and every uWSGI process, or run.py) while profiled "

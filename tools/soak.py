@@ -48,6 +48,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
     rate = 4.0  # first logins a second: well within what the machine hashes
     ramp = users / rate
     samples = []
+    commit = measure.git_commit()  # what the servers load now, whatever the tree holds when the run ends
     with stages.start(stage, port=stages.free_port(), var=measure.WORK / "soak-var", env=env) as running:
         roots = [process.pid for _, process in running.children]
         command = [
@@ -71,6 +72,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
     first, peak = (steady[0]["mib"], max(s["mib"] for s in steady)) if steady else (0.0, 0.0)
     result = {
         "stage": stage_number,
+        "commit": commit,
         "users": users,
         "minutes": minutes,
         "budget_mib": round(budget_mb(stage), 1),
@@ -94,7 +96,7 @@ def report(result: dict, stage: stages.Stage, plan) -> str:
         "",
         f"{m['cores']} cores ({m['cpu']}); locust on the same machine; {result['users']} users for "
         f"{result['minutes']:g} minutes; bcrypt cost {plan.bcrypt_cost}; {plan.users:,} users and {plan.tweets:,} "
-        f"tweets seeded; commit {measure.git_commit()}.",
+        f"tweets seeded; commit {result['commit']}.",
         "",
         f"- {result['requests']} requests ({result['rps']:.1f} a second), **{result['failures']} failed**; "
         f"p95 ms: {json.dumps(result['p95_ms'])}.",
