@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from flask import current_app
-from sqlalchemy import bindparam, func, literal, select
+from sqlalchemy import Integer, bindparam, func, select
 
 from .cache import cache, memoized
 from .extensions import db
@@ -51,17 +51,63 @@ def page_size() -> int:
     return current_app.config["PAGE_SIZE"]
 
 
-_TWEET_COLUMNS = (Tweet.id, Tweet.author_id, User.name, Tweet.text, Tweet.posted)
+# The reads the pages make, built once on the tables (as writes.py's statements are): SQLAlchemy
+# reuses their compiled form as it is, where a statement built per call on the mapped classes
+# pays for its building, its cache key and the ORM's execution besides: twice the read itself.
+TWEETS, USERS, FOLLOWS = Tweet.__table__, User.__table__, Follow.__table__
+ACCOUNT = select(USERS.c.id, USERS.c.name, USERS.c.session_epoch).where(USERS.c.id == bindparam("user_id"))
+USER_NAMED = select(USERS.c.id, USERS.c.name).where(func.lower(USERS.c.name) == bindparam("name"))
+CREDENTIALS = select(USERS.c.id, USERS.c.name, USERS.c.session_epoch, USERS.c.password_hash).where(
+    func.lower(USERS.c.name) == bindparam("name")
+)
+EMAIL_TAKEN = select(USERS.c.id).where(USERS.c.email == bindparam("email"))
+FOLLOWS_ONE = select(FOLLOWS.c.follower_id).where(
+    FOLLOWS.c.follower_id == bindparam("follower_id"), FOLLOWS.c.followed_id == bindparam("followed_id")
+)
+FOLLOWED_BY = select(FOLLOWS.c.followed_id).where(FOLLOWS.c.follower_id == bindparam("user_id"))
+USERS_PAGE = select(USERS.c.id, USERS.c.name).order_by(USERS.c.id).limit(bindparam("size")).offset(bindparam("skip"))
+USERS_BEFORE = select(func.count()).select_from(USERS).where(USERS.c.id < bindparam("user_id"))
+EVENTS = ThrottleEvent.__table__
+RECENT_EVENTS = (
+    select(func.count())
+    .select_from(EVENTS)
+    .where(
+        EVENTS.c.kind == bindparam("kind"), EVENTS.c.subject == bindparam("subject"), EVENTS.c.at >= bindparam("since")
+    )
+)
 
 
-def _tweet_rows(query) -> tuple[TweetRow, ...]:
-    return tuple(TweetRow(*row) for row in db.session.execute(query))
+def _tweets_page(authors) -> tuple:
+    """The newest page of the authors' tweets, and the page older than ``before``."""
+    newest = (
+        select(TWEETS.c.id, TWEETS.c.author_id, USERS.c.name, TWEETS.c.text, TWEETS.c.posted)
+        .join(USERS, USERS.c.id == TWEETS.c.author_id)
+        .where(authors)
+        .order_by(TWEETS.c.id.desc())
+        .limit(bindparam("size"))
+    )
+    return newest, newest.where(TWEETS.c.id < bindparam("before"))
+
+
+# One's own tweets and those of whom one follows (minitwit's timeline), and one author's.
+TIMELINE_NEWEST, TIMELINE_OLDER = _tweets_page(
+    TWEETS.c.author_id.in_(FOLLOWED_BY.union_all(select(bindparam("user_id", type_=Integer))))
+)
+BY_AUTHOR_NEWEST, BY_AUTHOR_OLDER = _tweets_page(TWEETS.c.author_id == bindparam("user_id"))
+
+
+def _tweet_rows(newest, older, user_id: int, before: int | None) -> tuple[TweetRow, ...]:
+    if before is None:
+        rows = db.session.execute(newest, {"user_id": user_id, "size": page_size()})
+    else:
+        rows = db.session.execute(older, {"user_id": user_id, "size": page_size(), "before": before})
+    return tuple(TweetRow(*row) for row in rows)
 
 
 @memoized("user")
 def account_of(user_id: int) -> Account | None:
     """The logged-in user of a session, read on every request (cached where a log out is seen everywhere at once)."""
-    row = db.session.execute(select(User.id, User.name, User.session_epoch).where(User.id == user_id)).one_or_none()
+    row = db.session.execute(ACCOUNT, {"user_id": user_id}).one_or_none()
     return Account(*row) if row else None
 
 
@@ -80,7 +126,7 @@ def user_named(name: str) -> UserRow | None:
     """The user of this name, whatever its case (the read lower-cases it, for the call and the key)."""
     if not name:
         return None
-    row = db.session.execute(select(User.id, User.name).where(func.lower(User.name) == name)).one_or_none()
+    row = db.session.execute(USER_NAMED, {"name": name}).one_or_none()
     return UserRow(*row) if row else None
 
 
@@ -88,69 +134,47 @@ def credentials_of(name: str) -> tuple[Account, str] | None:
     """The account and its password hash, for logging in (never cached)."""
     if not is_possible_name(name):
         return None
-    row = db.session.execute(
-        select(User.id, User.name, User.session_epoch, User.password_hash).where(func.lower(User.name) == name.lower())
-    ).one_or_none()
+    row = db.session.execute(CREDENTIALS, {"name": name.lower()}).one_or_none()
     return (Account(row.id, row.name, row.session_epoch), row.password_hash) if row else None
 
 
 def recent_events(kind: str, subject: str, since: datetime) -> int:
     """How many throttle events of this kind this subject had since then (never cached: it is a count of attempts)."""
-    query = select(func.count()).where(
-        ThrottleEvent.kind == kind, ThrottleEvent.subject == subject, ThrottleEvent.at >= since
-    )
-    return db.session.scalar(query.select_from(ThrottleEvent))
+    return db.session.scalar(RECENT_EVENTS, {"kind": kind, "subject": subject, "since": since})
 
 
 def email_taken(email: str) -> bool:
-    return db.session.scalar(select(User.id).where(User.email == email.lower())) is not None
-
-
-_FOLLOWS = select(Follow.follower_id).where(
-    Follow.follower_id == bindparam("follower_id"), Follow.followed_id == bindparam("followed_id")
-)
+    return db.session.scalar(EMAIL_TAKEN, {"email": email.lower()}) is not None
 
 
 def follows(follower_id: int, followed_id: int) -> bool:
     """Whether one follows the other now (for a write deciding what to do; never cached)."""
-    return db.session.scalar(_FOLLOWS, {"follower_id": follower_id, "followed_id": followed_id}) is not None
+    return db.session.scalar(FOLLOWS_ONE, {"follower_id": follower_id, "followed_id": followed_id}) is not None
 
 
 @memoized("following")
 def following_of(user_id: int) -> frozenset[int]:
-    return frozenset(db.session.scalars(select(Follow.followed_id).where(Follow.follower_id == user_id)))
-
-
-def _select_tweets(authors, before: int | None):
-    query = select(*_TWEET_COLUMNS).join(User, User.id == Tweet.author_id).where(authors)
-    if before is not None:
-        query = query.where(Tweet.id < before)
-    return query.order_by(Tweet.id.desc()).limit(page_size())
+    return frozenset(db.session.scalars(FOLLOWED_BY, {"user_id": user_id}))
 
 
 def tweets_by(author_id: int, before: int | None = None) -> tuple[TweetRow, ...]:
     """A profile page: the author's tweets, newest first, older than ``before``."""
     if before is None:
         return newest_tweets_by(author_id)
-    return _tweet_rows(_select_tweets(Tweet.author_id == author_id, before))
+    return _tweet_rows(BY_AUTHOR_NEWEST, BY_AUTHOR_OLDER, author_id, before)
 
 
 @memoized("newest_tweets_by")
 def newest_tweets_by(author_id: int) -> tuple[TweetRow, ...]:
     """The first page of a profile, and the piece of every follower's timeline that is this author's."""
-    return _tweet_rows(_select_tweets(Tweet.author_id == author_id, None))
+    return _tweet_rows(BY_AUTHOR_NEWEST, BY_AUTHOR_OLDER, author_id, None)
 
 
 def timeline_of(user_id: int, before: int | None = None) -> tuple[TweetRow, ...]:
     """One's own tweets and those of whom one follows, newest first (minitwit's timeline)."""
     if before is None and current_app.config["TIMELINE_FROM_CACHED_PAGES"]:
         return _timeline_merged_from_author_pages(user_id)
-    authors = (
-        select(Follow.followed_id)
-        .where(Follow.follower_id == user_id)
-        .union_all(select(literal(user_id, Follow.followed_id.type)))
-    )
-    return _tweet_rows(_select_tweets(Tweet.author_id.in_(authors), before))
+    return _tweet_rows(TIMELINE_NEWEST, TIMELINE_OLDER, user_id, before)
 
 
 def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
@@ -176,11 +200,10 @@ def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
 def users_page(page: int) -> tuple[UserRow, ...]:
     """Page ``page`` (from 1) of all users in the order they joined."""
     size = page_size()
-    query = select(User.id, User.name).order_by(User.id).limit(size).offset((page - 1) * size)
-    return tuple(UserRow(*row) for row in db.session.execute(query))
+    return tuple(UserRow(*row) for row in db.session.execute(USERS_PAGE, {"size": size, "skip": (page - 1) * size}))
 
 
 def users_page_listing(user_id: int) -> int:
     """Which page of ``users_page`` lists this user (the one a registration changes)."""
-    earlier = db.session.scalar(select(func.count()).select_from(User).where(User.id < user_id))
+    earlier = db.session.scalar(USERS_BEFORE, {"user_id": user_id})
     return earlier // page_size() + 1
