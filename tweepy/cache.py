@@ -240,9 +240,12 @@ def size_of(value: Any) -> int:
 
 
 def result_size(kept: tuple[tuple, Any]) -> int:
-    """Bytes a derived result holds of its own: the tuples or text it made (its rows and inputs are entries)."""
+    """Bytes a derived result holds of its own: the tuples, text or bytes it made (its rows and inputs are entries)."""
     inputs, value = kept
-    return sys.getsizeof(inputs) + sys.getsizeof(value)
+    size = sys.getsizeof(inputs) + sys.getsizeof(value)
+    if isinstance(value, tuple):  # a page in pieces (fragments.cut_at_holes), or rows (entries already)
+        size += sum(sys.getsizeof(piece) for piece in value if isinstance(piece, (str, bytes)))
+    return size
 
 
 class WriteSignal:

@@ -24,13 +24,17 @@ before any of its authors posts costs one lookup and the filling of holes.
 The same goes one level up for the page around them (``kept_page``): the first
 page of a timeline differs from one request to the next only in the CSRF token
 and where its buttons send people back to, so it is rendered once with those
-two holes open and kept, one a viewer, while its rows are the same. A page
-with a message to flash is rendered afresh, since showing it uses it up.
+two holes open and kept, one a viewer, while its rows are the same. It is kept
+as UTF-8 pieces cut at its holes, so a visit joins bytes that are ready to send
+(searching a page for its holes and encoding it cost more than the rest of a
+visit's page). A page with a message to flash is rendered afresh, since showing
+it uses it up.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from collections.abc import Hashable
 
@@ -47,6 +51,8 @@ TEMPLATE = "_macros.html"
 CSRF_HOLE = Markup("<tweepy:csrf>")
 NEXT_HOLE = Markup("<tweepy:next>")
 HOLES = {"csrf": CSRF_HOLE, "next": NEXT_HOLE}
+# The holes of a page, kept in what it is split into.
+BETWEEN_HOLES = re.compile(f"({re.escape(CSRF_HOLE)}|{re.escape(NEXT_HOLE)})")
 
 
 def entry_bytes(html: str) -> int:
@@ -68,28 +74,40 @@ def fill_holes(html: str, csrf: str, next_url: str) -> Markup:
     return Markup(html.replace(CSRF_HOLE, escape(csrf)).replace(NEXT_HOLE, escape(next_url)))
 
 
+def cut_at_holes(page: str) -> tuple[bytes | str, ...]:
+    """The page as its UTF-8 pieces, with each hole (a str) between them, for ``filled``."""
+    return tuple(part if i % 2 else part.encode() for i, part in enumerate(BETWEEN_HOLES.split(page)))
+
+
+def filled(pieces: tuple[bytes | str, ...], csrf: str, next_url: str) -> bytes:
+    """The page ``cut_at_holes`` made, with the token and ``next_url`` in its holes."""
+    values = {CSRF_HOLE: escape(csrf).encode(), NEXT_HOLE: escape(next_url).encode()}
+    return b"".join([values[piece] if type(piece) is str else piece for piece in pieces])
+
+
 # Set in ``g`` while a page is rendered to be kept: its tweets keep their holes for the page's.
 HOLES_OPEN = "tweepy_holes_open"
 
 
-def kept_page(template: str, rows: tuple, **context) -> Markup:
-    """``render_template(template, **context)`` for the logged-in viewer, kept with FRAGMENT_CACHE
-    while ``rows`` (all the page shows besides the viewer) are the very same tuple the read cache holds.
+def kept_page(template: str, rows: tuple, **context) -> str | bytes:
+    """``render_template(template, **context)`` for the logged-in viewer (UTF-8 when kept), kept with
+    FRAGMENT_CACHE while ``rows`` (all the page shows besides the viewer) are the very same tuple the
+    read cache holds.
 
     The page's token (``csrf``) and ``here`` are holes in what is kept, filled for each request."""
     if not current_app.config["FRAGMENT_CACHE"] or "_flashes" in session:
-        return Markup(render_template(template, **context))
+        return render_template(template, **context)
 
-    def render_with_holes() -> str:
+    def render_with_holes() -> tuple[bytes | str, ...]:
         setattr(g, HOLES_OPEN, True)
         try:
-            return render_template(template, **context, csrf=CSRF_HOLE, here=NEXT_HOLE)
+            return cut_at_holes(render_template(template, **context, csrf=CSRF_HOLE, here=NEXT_HOLE))
         finally:
             delattr(g, HOLES_OPEN)
 
     key = ("page", template, request.script_root, current_user.id, current_user.name)
-    page = cache().derived(key, (rows,), render_with_holes)
-    return fill_holes(page, page_token(), here())
+    pieces = cache().derived(key, (rows,), render_with_holes)
+    return filled(pieces, page_token(), here())
 
 
 def init_app(app: Flask) -> None:
