@@ -13,8 +13,10 @@ from datetime import datetime
 from flask import template_rendered
 from helpers.browser import Browser, sign_up
 from helpers.pages import csrf_token, forms_of, tweet_texts
+from helpers.stored import user_id
 
-from tweepy import fragments, signing
+from tweepy import fragments, queries, signing
+from tweepy.cache import cache
 from tweepy.queries import TweetRow
 
 ROW = TweetRow(id=7, author_id=2, author_name="bob", text="hello <world>", posted=datetime(2026, 1, 2, 3, 4))
@@ -156,6 +158,26 @@ def test_a_kept_timeline_shows_a_new_tweet_at_once(make_app):
     assert tweet_texts(alice.get("/tweets/")) == []
     assert bob.post("/tweets/", {"tweet": "hello followers"}).status_code == 303
     assert tweet_texts(alice.get("/tweets/")) == ["hello followers"]
+
+
+def test_an_authors_page_read_again_unchanged_leaves_the_kept_timeline_as_it_was(make_app):
+    app = make_app(**KEPT_PAGES)
+    alice, bob = sign_up(app, "alice"), sign_up(app, "bob")
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert bob.post("/tweets/", {"tweet": "hello followers"}).status_code == 303
+    seen = rendered_templates(app)
+    first = alice.get("/tweets/")
+    bobs_page = queries.newest_tweets_by.key(user_id(app, "bob"))
+    with app.app_context():
+        read_before = cache().entries.pop(bobs_page)  # as when its TTL ends
+
+    again = alice.get("/tweets/")
+
+    with app.app_context():
+        read_again = cache().entries[bobs_page]
+    assert read_again == read_before and read_again is not read_before
+    assert seen.count("timeline.html") == 1
+    assert tweet_texts(first) == tweet_texts(again) == ["hello followers"]
 
 
 def test_a_message_to_flash_is_shown_on_the_next_page_only(make_app):

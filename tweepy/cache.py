@@ -349,12 +349,18 @@ class LocalCache:
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         """Entries are immutable and a stale one is replaced, never changed: while every input is the
         same object as before, the result is the same too. (It holds its inputs, so none of them is
-        freed and its id given to another object.)"""
+        freed and its id given to another object.)
+
+        A result equal to the one kept is returned as that very object, so what was derived from it
+        in turn still stands: an author's page read again when its TTL ends, unchanged, leaves the
+        timelines merged from it and the pages rendered from those as they were."""
         with self.lock:
             kept = self.results.get(key)
         if kept is not None and len(kept[0]) == len(inputs) and all(map(operator.is_, kept[0], inputs)):
             return kept[1]
         value = compute()
+        if kept is not None and kept[1] == value:
+            value = kept[1]
         with self.lock:
             try:
                 self.results[key] = (inputs, value)
