@@ -112,7 +112,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 import cachetools
 from flask import Flask, current_app, g, session
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import bindparam, delete, func, insert, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -133,8 +133,11 @@ EVICTIONS_REMEMBERED = 100_000
 OWED_REMEMBERED = 10_000
 # Owed evictions paid from the table per check (more wait for the next one).
 OWED_PER_CHECK = 1000
-# Built once on the table, as writes.py's statements are: every write sends it.
-LOG_KEYS = insert(CacheInvalidation.__table__).returning(CacheInvalidation.__table__.c.id)
+# Built once on the table, as writes.py's statements are: every write sends the first, and every
+# process the second after each write anywhere.
+LOG = CacheInvalidation.__table__
+LOG_KEYS = insert(LOG).returning(LOG.c.id)
+LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
 # Keys each cached read remembers how to spell (about 100 bytes each).
 KEYS_SPELT = 20_000
 
@@ -421,11 +424,7 @@ class LocalCache:
                 self.cleared_at = self.evictions
             else:
                 # Ids commit in order (see forget), so whatever committed after `applied` is above it.
-                logged = db.session.execute(
-                    select(CacheInvalidation.id, CacheInvalidation.key)
-                    .where(CacheInvalidation.id > self.applied)
-                    .order_by(CacheInvalidation.id)
-                ).all()
+                logged = db.session.execute(LOGGED_AFTER, {"applied": self.applied}).all()
                 if logged:
                     self._evict(row.key for row in logged)
                     self.applied = logged[-1].id
