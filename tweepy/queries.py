@@ -54,7 +54,7 @@ def page_size() -> int:
 # The reads the pages make, built once on the tables (as writes.py's statements are): SQLAlchemy
 # reuses their compiled form as it is, where a statement built per call on the mapped classes
 # pays for its building, its cache key and the ORM's execution besides: twice the read itself.
-TWEETS, USERS, FOLLOWS = Tweet.__table__, User.__table__, Follow.__table__
+TWEETS, USERS, FOLLOWS, EVENTS = Tweet.__table__, User.__table__, Follow.__table__, ThrottleEvent.__table__
 ACCOUNT = select(USERS.c.id, USERS.c.name, USERS.c.session_epoch).where(USERS.c.id == bindparam("user_id"))
 USER_NAMED = select(USERS.c.id, USERS.c.name).where(func.lower(USERS.c.name) == bindparam("name"))
 CREDENTIALS = select(USERS.c.id, USERS.c.name, USERS.c.session_epoch, USERS.c.password_hash).where(
@@ -67,7 +67,6 @@ FOLLOWS_ONE = select(FOLLOWS.c.follower_id).where(
 FOLLOWED_BY = select(FOLLOWS.c.followed_id).where(FOLLOWS.c.follower_id == bindparam("user_id"))
 USERS_PAGE = select(USERS.c.id, USERS.c.name).order_by(USERS.c.id).limit(bindparam("size")).offset(bindparam("skip"))
 USERS_BEFORE = select(func.count()).select_from(USERS).where(USERS.c.id < bindparam("user_id"))
-EVENTS = ThrottleEvent.__table__
 RECENT_EVENTS = (
     select(func.count())
     .select_from(EVENTS)
