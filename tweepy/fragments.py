@@ -26,8 +26,8 @@ page of a timeline differs from one request to the next only in the CSRF token
 and where its buttons send people back to, so it is rendered once with those
 two holes open and kept, one a viewer, while its rows are the same. It is kept
 as UTF-8 pieces cut at its holes, so a visit joins bytes that are ready to send
-(searching a page for its holes and encoding it cost more than the rest of a
-visit's page). A page with a message to flash is rendered afresh, since showing
+(searching the page for its holes and encoding it took a seventh of a kept
+visit's CPU). A page with a message to flash is rendered afresh, since showing
 it uses it up.
 """
 
