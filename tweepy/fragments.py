@@ -52,7 +52,7 @@ CSRF_HOLE = Markup("<tweepy:csrf>")
 NEXT_HOLE = Markup("<tweepy:next>")
 HOLES = {"csrf": CSRF_HOLE, "next": NEXT_HOLE}
 # The holes of a page, kept in what it is split into.
-BETWEEN_HOLES = re.compile(f"({re.escape(CSRF_HOLE)}|{re.escape(NEXT_HOLE)})")
+BETWEEN_HOLES = re.compile("(" + "|".join(map(re.escape, HOLES.values())) + ")")
 
 
 def entry_bytes(html: str) -> int:
