@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from flask import current_app
-from sqlalchemy import Integer, bindparam, func, select
+from sqlalchemy import bindparam, func, select
 
 from .cache import cache, memoized
 from .extensions import db
@@ -90,7 +90,7 @@ def _tweets_page(authors) -> tuple:
 
 # One's own tweets and those of whom one follows (minitwit's timeline), and one author's.
 TIMELINE_NEWEST, TIMELINE_OLDER = _tweets_page(
-    TWEETS.c.author_id.in_(FOLLOWED_BY.union_all(select(bindparam("user_id", type_=Integer))))
+    TWEETS.c.author_id.in_(FOLLOWED_BY.union_all(select(bindparam("user_id", type_=FOLLOWS.c.followed_id.type))))
 )
 BY_AUTHOR_NEWEST, BY_AUTHOR_OLDER = _tweets_page(TWEETS.c.author_id == bindparam("user_id"))
 
