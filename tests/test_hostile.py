@@ -12,6 +12,7 @@ import re
 import string
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from urllib.parse import quote, urlencode, urlsplit
 
 import pytest
@@ -32,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug import Request
 
+from tools.stages import APP_SERVER_ENV
 from tweepy.forms import TWEET_LENGTH
 from tweepy.paging import LARGEST_ID, LARGEST_PAGE
 
@@ -116,6 +118,13 @@ def test_names_and_pages_of_a_strangers_choosing_cost_bounded_memory(served):
     grown = server_memory_mb(served) - before
     print(f"\n{served.stage.name}: {before:.1f} MiB before, grew {grown:.1f} MiB")
     assert grown < MEMORY_BUDGET_MB
+
+
+def test_every_app_server_process_starts_with_the_mmap_threshold_held(served):
+    """What keeps the test above from failing at random, checked where it acts: each uWSGI process's environment."""
+    held = f"MALLOC_MMAP_THRESHOLD_={APP_SERVER_ENV['MALLOC_MMAP_THRESHOLD_']}".encode()
+    for pid in [served.process("uwsgi").pid, *served.workers()]:
+        assert held in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
 
 # --- sizes ------------------------------------------------------------------------------
