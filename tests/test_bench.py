@@ -228,6 +228,14 @@ def test_a_stage_is_measured_against_the_bcrypt_library_it_hashes_with():
     assert "libxcrypt 12.0 hashes/s (160.0 ms)" in text
 
 
+def test_hashing_on_threads_of_its_own_shows_their_measured_cpu_beside_the_probes_estimate():
+    threaded = a_stage()
+    threaded["best"] = {**threaded["best"], "hashing_threads_cpu_ms_per_request": 2.1}
+    # 24 hashes in 4800 requests at the probe's 250 ms: 1.25 ms a request, by estimate.
+    assert report.projection_cells(threaded, A_BOUND)[2] == "10.0 (1.25 hashing; 2.10 in its hashing threads)"
+    assert report.projection_cells(a_stage(), A_BOUND)[2] == "10.0 (1.25 hashing)"
+
+
 def test_the_probe_measures_every_bcrypt_library_this_machine_has():
     probe = measure.bcrypt_bound(4, 0.2)
     assert set(probe["libraries"]) == {"pyca", "libxcrypt"}
@@ -278,6 +286,24 @@ def test_a_profile_names_the_commit_its_servers_ran_not_the_tree_it_ended_with(m
     }  # fmt: skip
     text = profile.summary(result, stages.get_stage(6), "top")
     assert "commit abc1234." in text and "+changes" not in text
+
+
+def test_a_profile_of_a_stage_hashing_on_its_own_threads_shows_their_cpu_measured():
+    from tools import profile
+
+    result = {
+        "stage": 6, "commit": "abc1234", "users": 300, "seconds": 333.0, "bcrypt_cost": 12, "rps": 180.0,
+        "data": {"users": 10_000, "tweets": 1_000_000}, "failures": 0, "requests": 59_000,
+        "window": {"requests": 7000, "seconds": 28.0, "hashes": 90}, "server_cpu_ms_per_request": 5.0,
+        "bcrypt_ms_per_request": 3.0, "cpu_ms_per_hash": 230.0, "non_bcrypt_cpu_ms_per_request": 2.0,
+        "hashing_threads_cpu_ms_per_request": 3.3, "outside_hashing_threads_cpu_ms_per_request": 1.7,
+        "p95_ms": {"all": "120"},
+    }  # fmt: skip
+    text = profile.summary(result, stages.get_stage(6), "top")
+    assert "the hashing threads (`tweepy-hash`) took 3.3 ms a request (110% of that estimate)" in text
+    assert "everything else **1.7 ms**" in text
+    result["hashing_threads_cpu_ms_per_request"] = result["outside_hashing_threads_cpu_ms_per_request"] = None
+    assert "thread by thread" not in profile.summary(result, stages.get_stage(6), "top")
 
 
 def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_used():

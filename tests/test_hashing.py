@@ -4,17 +4,20 @@ for a request that has already waited too long."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from helpers.browser import Browser
 from helpers.pages import errors
 from helpers.stored import PASSWORD, add_users
 
+from tools.bench.procfs import thread_cpu_seconds
 from tweepy import passwords
 from tweepy.errors import Busy
-from tweepy.passwords import REQUEST_START, HashingQueue
+from tweepy.passwords import HASHING_THREAD, REQUEST_START, HashingQueue
 
 
 def slow_hash(seconds: float):
@@ -102,3 +105,19 @@ def test_a_registration_that_cannot_hash_in_time_stores_nothing(app):
 def test_with_native_threads_the_hash_runs_off_the_thread_serving_requests():
     queue = HashingQueue(slots=1, wait_s=1.0, native_threads=True)
     assert queue.run(threading.get_native_id) != threading.get_native_id()
+
+
+def test_a_native_hashing_thread_carries_the_name_its_cpu_time_is_counted_by():
+    queue = HashingQueue(slots=1, wait_s=1.0, native_threads=True)
+
+    def spin_and_say_who_i_am():
+        ends = time.thread_time() + 0.05
+        while time.thread_time() < ends:
+            pass
+        return threading.get_native_id()
+
+    before = thread_cpu_seconds([os.getpid()], HASHING_THREAD)
+    tid = queue.run(spin_and_say_who_i_am)
+    assert Path(f"/proc/self/task/{tid}/comm").read_text().rstrip("\n") == HASHING_THREAD
+    # Its 50 ms of spinning, counted in clock ticks of 10 ms.
+    assert 0.04 <= thread_cpu_seconds([os.getpid()], HASHING_THREAD) - before < 0.2

@@ -17,7 +17,8 @@ and, at each step:
    request type;
 4. records the step (throughput, latency of each request type, failures,
    hashes counted from its own logins and registrations, server CPU per
-   request, the load generator's own CPU, peak server memory) in
+   request and, where hashing has threads of its own, their share of it, the
+   load generator's own CPU, peak server memory) in
    ``TWEEPY_BENCH_OUT``, and stops searching at the first step that misses.
 
 Then one overload step (``TWEEPY_BENCH_OVERLOAD`` times the best step's users,
@@ -42,8 +43,9 @@ from pathlib import Path
 from locust import LoadTestShape
 
 from tools.bench.figures import judged, overload_figures, overload_users, step_verdict, window_figures
-from tools.bench.procfs import cpu_seconds, memory_mb, process_tree
+from tools.bench.procfs import cpu_seconds, memory_mb, process_tree, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, setting
+from tweepy.passwords import HASHING_THREAD
 
 # --- the search --------------------------------------------------------------------------------
 
@@ -158,9 +160,11 @@ class SteppedCapacity(LoadTestShape):
         return {"seconds": round(seconds, 1), **judged(by_type, total, seconds, self.bar)}
 
     def _cpu_now(self, now: float) -> dict:
+        servers = process_tree(self.server_roots)
         return {
             "time": now,
-            "server_cpu": cpu_seconds(process_tree(self.server_roots)),
+            "server_cpu": cpu_seconds(servers),
+            "hashing_threads_cpu": thread_cpu_seconds(servers, HASHING_THREAD),
             "generator_cpu": cpu_seconds(process_tree([os.getpid()])),
             "tiers": {name: cpu_seconds(process_tree(pids)) for name, pids in self.tiers.items()},
         }
@@ -178,6 +182,9 @@ class SteppedCapacity(LoadTestShape):
             self.cores,
             self.bar,
         )
+        hashing_threads_cpu = end["hashing_threads_cpu"] - self.window_start["hashing_threads_cpu"]
+        if hashing_threads_cpu and total.requests:  # stages that hash on their own threads
+            window["hashing_threads_cpu_ms_per_request"] = round(1000 * hashing_threads_cpu / total.requests, 3)
         if self.tiers and total.requests:
             window["tier_cpu_ms_per_request"] = {
                 name: round(1000 * (end["tiers"][name] - self.window_start["tiers"][name]) / total.requests, 3)

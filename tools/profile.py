@@ -14,7 +14,8 @@ Written to ``results/profiles/<date>-stage<N>/``:
   outside bcrypt, and how many samples were hashing or idle;
 - ``summary.md``: the server's CPU a request over the profiled window, with
   bcrypt apart (the hashes the window really did, at the probe's cost a
-  hash), and the locust figures of the run.
+  hash; and, where hashing has threads of its own, their CPU as measured
+  thread by thread), and the locust figures of the run.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from tools import stages
 from tools.bench import measure
 from tools.bench.figures import cpu_ms_per_hash
 from tools.bench.plan import make_plan
-from tools.bench.procfs import cpu_seconds, process_tree
+from tools.bench.procfs import cpu_seconds, process_tree, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN_KEY, LOG_IN, REGISTER
+from tweepy.passwords import HASHING_THREAD
 
 RESULTS = stages.ROOT / "results" / "profiles"
 IDLE = ("Hub.run", "Hub.wait", "_wait", "wait (", "select (", "poll (", "epoll")
@@ -143,13 +145,16 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
         with open(out / "locust.log", "wb") as log:
             locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(ramp + seconds / 2)
-            cpu_before = cpu_seconds(process_tree(roots))
+            servers = process_tree(roots)
+            cpu_before, threads_before = cpu_seconds(servers), thread_cpu_seconds(servers, HASHING_THREAD)
             sampled, sampled_at = time.monotonic(), time.time()
             target = roots[-1]  # uWSGI's master (its workers are its children), or run.py
             record = [str(stages.BIN / "py-spy"), "record", "--pid", str(target), "--subprocesses", "--nonblocking"]
             record += ["--rate", "100", "--duration", str(int(seconds / 2) - 2)]
             subprocess.run([*record, "--format", "raw", "-o", str(out / "profile.raw")], capture_output=True)
-            cpu_window = cpu_seconds(process_tree(roots)) - cpu_before
+            servers = process_tree(roots)
+            cpu_window = cpu_seconds(servers) - cpu_before
+            threads_window = thread_cpu_seconds(servers, HASHING_THREAD) - threads_before
             window_s, window_end = time.monotonic() - sampled, time.time()
             locust.wait(timeout=seconds + 60)
         # A short second recording, for the picture (py-spy writes one format a run).
@@ -158,7 +163,9 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     # locust writes its history once a second: the window is whole seconds inside the sampled time.
     window = window_counts(out / "locust_stats_history.csv", sampled_at + 1, window_end - 1)
     run_s = ramp + seconds
+    # Both CPU figures scaled as the requests are: counted over whole seconds inside the sampled time.
     per_request_ms = 1000 * cpu_window * (window_s - 2) / window_s / max(window["requests"], 1)
+    threads_ms = 1000 * threads_window * (window_s - 2) / window_s / max(window["requests"], 1)
     hash_ms = cpu_ms_per_hash(bound, stage.app_setting("BCRYPT_LIBRARY"))
     hashes_per_request = window["hashes"] / max(window["requests"], 1)
     result = {
@@ -172,6 +179,9 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
         "bcrypt_ms_per_request": round(hashes_per_request * hash_ms, 2),
         "non_bcrypt_cpu_ms_per_request": round(per_request_ms - hashes_per_request * hash_ms, 2),
         "cpu_ms_per_hash": hash_ms,
+        # Measured, where the stage hashes on threads of its own (BCRYPT_IN_THREADPOOL): their CPU, and the rest.
+        "hashing_threads_cpu_ms_per_request": round(threads_ms, 2) if threads_ms else None,
+        "outside_hashing_threads_cpu_ms_per_request": round(per_request_ms - threads_ms, 2) if threads_ms else None,
         "window": {"seconds": round(window_s, 1), **window},
         **figures,
     }
@@ -200,6 +210,7 @@ def summary(result: dict, stage: stages.Stage, top: str) -> str:
             f"**{result['server_cpu_ms_per_request']} ms a request**, of which bcrypt "
             f"{result['bcrypt_ms_per_request']} ms ({result['window']['hashes']} hashes at "
             f"{result['cpu_ms_per_hash']} ms) and everything else **{result['non_bcrypt_cpu_ms_per_request']} ms**.",
+            *threads_line(result),
             f"- p95 ms: {json.dumps(result['p95_ms'])}",
             "",
             "![flame graph](flame.svg)",
@@ -210,6 +221,19 @@ def summary(result: dict, stage: stages.Stage, top: str) -> str:
             "",
         ]
     )
+
+
+def threads_line(result: dict) -> list[str]:
+    """The hashing threads' own CPU, where the stage has them: measured, where bcrypt's share above is estimated."""
+    threads = result.get("hashing_threads_cpu_ms_per_request")
+    if not threads:
+        return []
+    estimate = result["bcrypt_ms_per_request"]
+    against = f" ({threads / estimate:.0%} of that estimate)" if estimate else ""
+    return [
+        f"- Measured thread by thread: the hashing threads (`{HASHING_THREAD}`) took {threads} ms a request"
+        f"{against}, and everything else **{result['outside_hashing_threads_cpu_ms_per_request']} ms**."
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,7 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     result = profile(args.stage, args.users, args.seconds, out)
     measure.say(
         f"stage {args.stage}: {result['server_cpu_ms_per_request']} ms of server CPU a request, "
-        f"{result['non_bcrypt_cpu_ms_per_request']} ms outside bcrypt; {out}/summary.md"
+        f"{result['non_bcrypt_cpu_ms_per_request']} ms outside bcrypt"
+        + (
+            f" ({result['outside_hashing_threads_cpu_ms_per_request']} outside the hashing threads)"
+            if result["outside_hashing_threads_cpu_ms_per_request"]
+            else ""
+        )
+        + f"; {out}/summary.md"
     )
     return 0
 

@@ -44,6 +44,25 @@ def cpu_seconds(pids: list[int]) -> float:
     return ticks / CLOCK_TICKS
 
 
+def thread_cpu_seconds(pids: list[int], name: str) -> float:
+    """User + system CPU of the threads of these processes that call themselves ``name`` (their comm)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n") != name:
+                    continue
+                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime stime
+    return ticks / CLOCK_TICKS
+
+
 def memory_mb(pids: list[int]) -> float:
     """Proportional set size: shared pages are split between the processes sharing them."""
     total_kb = 0
