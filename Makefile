@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 # (results/LATEST.md); on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test lint format bench profile explain soak locust compare clean
+.PHONY: help setup run stop test lint format bench profile mix explain soak locust compare clean
 .DEFAULT_GOAL := help
 
 help:
@@ -19,6 +19,7 @@ help:
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
 	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1, KEEP_FROM=results/<run>)"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
+	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request (PROFILE=1)"
 	@echo "make explain STAGE=N how stage N's database runs each read the pages make (EXPLAIN, timings)"
 	@echo "make soak            the default stage under the protocol for minutes, memory sampled (USERS=, MINUTES=)"
 	@echo "make locust          locust's web UI against the stage make run serves"
@@ -65,6 +66,9 @@ test: lint
 
 profile: $(VENV)/.installed-bench
 	@$(PY) -m tools.profile $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(SECONDS),--seconds $(SECONDS))
+
+mix: $(VENV)/.installed-run
+	@$(PY) -m tools.mix $(STAGE) $(if $(PROFILE),--profile)
 
 explain: $(VENV)/.installed-run
 	@$(PY) -m tools.stages explain $(STAGE) $(if $(PART),--part $(PART))

@@ -1,0 +1,53 @@
+"""``make mix``: the protocol's requests that do not hash, in one process, and the CPU time a request."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from tools import mix, stages
+
+SMALL = ["--people", "10", "--requests", "400", "--rounds", "2", "--seed-users", "200", "--seed-tweets", "3000"]
+
+
+@pytest.fixture(autouse=True)
+def own_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(mix, "WORK", tmp_path / "mix")
+
+
+def test_the_mix_sends_the_protocols_requests_that_do_not_hash_and_says_their_cpu_a_request(capsys):
+    assert mix.main(["6", *SMALL]) == 0
+    out = capsys.readouterr().out
+    rounds = [float(ms) for ms in re.findall(r"round \d: ([\d.]+) ms of CPU a request", out)]
+    assert len(rounds) == 2 and all(ms > 0 for ms in rounds)
+    sent = ast.literal_eval(re.search(r"sent \(last round\): (\{.*\})", out).group(1))
+    assert set(sent) == {
+        "GET /tweets/", "POST /tweets/", "GET /users/?page=[n]", "POST /users/[name]/follow",
+        "POST /users/[name]/unfollow",
+    }  # fmt: skip
+    assert sent["GET /tweets/"] > sum(sent.values()) / 2  # 200 of the 235 weights
+    assert "not a benchmark" in out
+
+
+def test_the_mix_takes_the_tasks_and_weights_of_the_protocol_that_send_one_request_and_hash_nothing():
+    assert mix.MIX == {"list_tweets": 200, "write_tweet": 20, "list_users": 5, "follow": 5, "unfollow": 5}
+
+
+def test_answers_other_than_a_page_or_a_redirect_stop_the_mix(capsys, monkeypatch):
+    monkeypatch.setattr(mix, "TOKEN", re.compile("no page has this"))  # every form then fails its CSRF check
+    assert mix.main(["6", *SMALL]) == 1
+    assert "unexpected answers" in capsys.readouterr().out
+
+
+def test_a_stage_on_postgresql_is_refused_with_the_reason():
+    on_postgresql = [s for s in stages.all_stages() if s.app_setting("DATABASE_URL").startswith("postgresql")]
+    assert on_postgresql
+    with pytest.raises(SystemExit, match="runs on postgresql"):
+        mix.build_app(on_postgresql[0], 10, 10)
+
+
+def test_the_profile_says_how_many_function_calls_a_request_made(capsys):
+    assert mix.main(["6", *SMALL, "--rounds", "1", "--profile"]) == 0
+    assert re.search(r"\d+ function calls a request", capsys.readouterr().out)
