@@ -34,6 +34,7 @@ from collections import Counter
 
 from tools import stages
 from tools.protocol import SEED_PASSWORD, TASKS
+from tweepy import config, create_app
 
 WORK = stages.VAR / "mix"
 # The protocol's tasks that send one request and hash nothing, with their weights.
@@ -96,8 +97,6 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
     env = stages.stage_env(stage, stage.default_port, local)
     seed = ["--users", str(seed_users), "--tweets", str(seed_tweets), "--follows", "20"]
     stages.prepare_database(stage, env, seed=seed)
-    from tweepy import config, create_app
-
     names = [k.removeprefix("TWEEPY_") for k in env if k in stages.APP_SETTING_NAMES]
     return create_app({name: config.parse(config.BY_NAME[name], env[f"TWEEPY_{name}"]) for name in names})
 
