@@ -65,6 +65,7 @@ from tools.protocol import (
     SEED_PASSWORD,
     WEIGHTS,
     bar_from_env,
+    csrf_token_of,
     from_locust,
     setting,
     verdict,
@@ -76,22 +77,6 @@ BAR = bar_from_env()
 
 
 # --- Pure helpers (unit-tested in tests/test_locustfile.py) -----------------------------------
-
-
-_CSRF_INPUT = re.compile(r"""<input\b[^>]*\bname\s*=\s*["']?csrf_token["'\s/>][^>]*>""", re.IGNORECASE)
-_VALUE = re.compile(r"""\bvalue\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.IGNORECASE)
-
-
-def csrf_token_of(page: str) -> str | None:
-    """The CSRF token of the first form of an HTML page that has one (Flask-WTF's hidden ``csrf_token``)."""
-    tag = _CSRF_INPUT.search(page)
-    if tag is None:
-        return None
-    value = _VALUE.search(tag.group(0))
-    if value is None:
-        return None
-    token = html.unescape(next(group for group in value.groups() if group is not None))
-    return token or None
 
 
 def new_user_name() -> str:

@@ -36,7 +36,7 @@ def test_the_mix_takes_the_tasks_and_weights_of_the_protocol_that_send_one_reque
 
 
 def test_answers_other_than_a_page_or_a_redirect_stop_the_mix(capsys, monkeypatch):
-    monkeypatch.setattr(mix, "TOKEN", re.compile("no page has this"))  # every form then fails its CSRF check
+    monkeypatch.setattr(mix, "csrf_token_of", lambda page: None)  # every form then fails its CSRF check
     assert mix.main(["6", *SMALL]) == 1
     assert "unexpected answers" in capsys.readouterr().out
 

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import html
 import io
 import pstats
 import random
-import re
 import shutil
 import statistics
 import sys
@@ -33,13 +31,12 @@ import time
 from collections import Counter
 
 from tools import stages
-from tools.protocol import SEED_PASSWORD, TASKS
+from tools.protocol import SEED_PASSWORD, TASKS, csrf_token_of
 from tweepy import config, create_app
 
 WORK = stages.VAR / "mix"
 # The protocol's tasks that send one request and hash nothing, with their weights.
 MIX = {t.name: t.weight for t in TASKS if len(t.requests) == 1}
-TOKEN = re.compile(r'name="csrf_token"[^>]* value="([^"]+)"')
 
 
 class Person:
@@ -55,8 +52,7 @@ class Person:
 
     def page(self, path: str) -> int:
         response = self.client.get(path)
-        found = TOKEN.search(response.get_data(as_text=True))
-        self.token = html.unescape(found.group(1)) if found else self.token
+        self.token = csrf_token_of(response.get_data(as_text=True)) or self.token
         return response.status_code
 
     def form(self, path: str, fields: dict[str, str]) -> int:

@@ -163,9 +163,9 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     # locust writes its history once a second: the window is whole seconds inside the sampled time.
     window = window_counts(out / "locust_stats_history.csv", sampled_at + 1, window_end - 1)
     run_s = ramp + seconds
-    # Both CPU figures scaled as the requests are: counted over whole seconds inside the sampled time.
-    per_request_ms = 1000 * cpu_window * (window_s - 2) / window_s / max(window["requests"], 1)
-    threads_ms = 1000 * threads_window * (window_s - 2) / window_s / max(window["requests"], 1)
+    # CPU scaled to the requests, which were counted over whole seconds inside the sampled time.
+    ms_a_request = 1000 * (window_s - 2) / window_s / max(window["requests"], 1)
+    per_request_ms, threads_ms = cpu_window * ms_a_request, threads_window * ms_a_request
     hash_ms = cpu_ms_per_hash(bound, stage.app_setting("BCRYPT_LIBRARY"))
     hashes_per_request = window["hashes"] / max(window["requests"], 1)
     result = {

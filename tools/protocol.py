@@ -9,11 +9,14 @@ must not be monkey-patched by gevent. What lives here:
   aggregate, from plain :class:`RequestStats`;
 - every ``TWEEPY_BENCH_*``, ``TWEEPY_BAR_*`` and ``TWEEPY_SEED_USERS`` setting, declared once in
   :data:`SETTINGS` with its default and what it does, in the style of ``tweepy/config.py``.
+- :func:`csrf_token_of`, how a page's form token is read, as the locustfile and ``make mix`` submit it.
 """
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -230,3 +233,19 @@ def verdict(by_type: Iterable[RequestStats], total: RequestStats, rps: float, ba
 def hashes_done(by_type: Iterable[RequestStats]) -> int:
     """bcrypt hashes the server did for these requests: every successful log in and registration."""
     return sum(t.requests - t.failures for t in by_type if t.name in HASHING)
+
+
+_CSRF_INPUT = re.compile(r"""<input\b[^>]*\bname\s*=\s*["']?csrf_token["'\s/>][^>]*>""", re.IGNORECASE)
+_VALUE = re.compile(r"""\bvalue\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.IGNORECASE)
+
+
+def csrf_token_of(page: str) -> str | None:
+    """The CSRF token of the first form of an HTML page that has one (Flask-WTF's hidden ``csrf_token``)."""
+    tag = _CSRF_INPUT.search(page)
+    if tag is None:
+        return None
+    value = _VALUE.search(tag.group(0))
+    if value is None:
+        return None
+    token = html.unescape(next(group for group in value.groups() if group is not None))
+    return token or None

@@ -10,15 +10,19 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a /proc stat file after the command name (which may hold spaces and parentheses)."""
+    return Path(path).read_text().rsplit(")", 1)[1].split()
+
+
 def _children() -> dict[int, list[int]]:
     tree: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
+                parent = int(_stat_fields(f"/proc/{entry.name}/stat")[1])
             except OSError:
                 continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
             tree.setdefault(parent, []).append(int(entry.name))
     return tree
 
@@ -37,7 +41,7 @@ def cpu_seconds(pids: list[int]) -> float:
     ticks = 0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat_fields(f"/proc/{pid}/stat")
         except OSError:
             continue
         ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
@@ -56,7 +60,7 @@ def thread_cpu_seconds(pids: list[int], name: str) -> float:
             try:
                 if Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n") != name:
                     continue
-                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
             except OSError:
                 continue
             ticks += int(fields[11]) + int(fields[12])  # utime stime
