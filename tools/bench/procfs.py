@@ -48,6 +48,17 @@ def cpu_seconds(pids: list[int]) -> float:
     return ticks / CLOCK_TICKS
 
 
+def minor_faults(pids: list[int]) -> int:
+    """Pages these processes touched for the first time (or again, after giving them back)."""
+    faults = 0
+    for pid in pids:
+        try:
+            faults += int(_stat_fields(f"/proc/{pid}/stat")[7])  # minflt
+        except OSError:
+            continue
+    return faults
+
+
 def thread_cpu_seconds(pids: list[int], name: str) -> float:
     """User + system CPU of the threads of these processes that call themselves ``name`` (their comm)."""
     ticks = 0
