@@ -239,9 +239,10 @@ SEED = "--users 1000 --tweets 100000 --follows 20"
 # fragments and stays grown by megabytes. Held at glibc's default of 128 KiB, a large body
 # is mapped and given back when freed.
 # Holding it also holds the trim threshold, which glibc would have raised with it: at its
-# default of 128 KiB the top of the heap went back to the kernel after nearly every request
-# and was faulted in again for the next (37 page faults a timeline read at stage 6, and a
-# fifth of the server's CPU). 32 MiB of freed heap is kept for the next requests instead.
+# default of 128 KiB, and as a start happened to lay out the heap, the top of the heap could
+# go back to the kernel after every request and be faulted in again for the next (up to 37
+# page faults a timeline read at stage 6, a fifth of the worker's CPU). 32 MiB of freed heap
+# is kept for the next requests instead.
 # The caller's own values, if any, win.
 APP_SERVER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": str(32 * 1024 * 1024)}
 
