@@ -234,6 +234,11 @@ def test_hashing_on_threads_of_its_own_shows_their_measured_cpu_beside_the_probe
     # 24 hashes in 4800 requests at the probe's 250 ms: 1.25 ms a request, by estimate.
     assert report.projection_cells(threaded, A_BOUND)[2] == "10.0 (1.25 hashing; 2.10 in its hashing threads)"
     assert report.projection_cells(a_stage(), A_BOUND)[2] == "10.0 (1.25 hashing)"
+    # The stage README's table: of it bcrypt and the rest, each with the threads' own measure beside it.
+    assert "| 10.00 | 1.25 (2.10 measured) | 8.75 (7.90 measured) |" in report.stage_figures(
+        a_report(threaded), threaded, "link"
+    )
+    assert "| 10.00 | 1.25 | 8.75 |" in report.stage_figures(a_report(), a_stage(), "link")
 
 
 def test_the_probe_measures_every_bcrypt_library_this_machine_has():
