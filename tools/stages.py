@@ -39,6 +39,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
 from tools import services  # noqa: E402
+from tools.bench.procfs import children_of  # noqa: E402
 from tweepy.config import BY_NAME, SETTINGS, Setting, parse  # noqa: E402
 
 # How a stage is served: read here, never by the app.
@@ -300,18 +301,6 @@ def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
     conf = prefix / "nginx.conf"
     conf.write_text(text)
     return conf
-
-
-def children_of(parent: int) -> list[int]:
-    """The pids of a process's children, read from /proc (Linux)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry.name))
-        except OSError:
-            continue  # it exited while we looked
-    return sorted(found)
 
 
 @dataclass

@@ -27,6 +27,11 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
+def children_of(parent: int) -> list[int]:
+    """The pids of a process's children."""
+    return sorted(_children().get(parent, ()))
+
+
 def process_tree(roots: list[int]) -> list[int]:
     tree, found, todo = _children(), [], list(roots)
     while todo:

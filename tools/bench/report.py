@@ -622,6 +622,11 @@ def neighbours(report: dict, result: dict) -> list[dict]:
     return [*before, *parts, result]
 
 
+def beside_measured(estimate: float, measured: float | None) -> str:
+    """An estimated figure, with the measured one in brackets where there is one."""
+    return f"{estimate:.2f}" + (f" ({measured:.2f} measured)" if measured else "")
+
+
 def beside_table(report: dict, result: dict) -> list[str]:
     """The step against the one before it, from the same run: QPS at the bar, what logins and timelines
     waited, and its server CPU a request read aloud (how much of it is bcrypt), with the talk's figure."""
@@ -646,10 +651,8 @@ def beside_table(report: dict, result: dict) -> list[str]:
             p95_of(b, SHOWN[0][0]),
             p95_of(b, "GET /tweets/"),
             "—" if cpu is None else f"{cpu:.2f}",
-            "—" if hashing is None else f"{hashing:.2f}" + (f" ({threads:.2f} measured)" if threads else ""),
-            "—"
-            if hashing is None
-            else f"{cpu - hashing:.2f}" + (f" ({cpu - threads:.2f} measured)" if threads else ""),
+            "—" if hashing is None else beside_measured(hashing, threads),
+            "—" if hashing is None else beside_measured(cpu - hashing, threads and cpu - threads),
             talk_figure(r),
         ]
         lines.append("| " + " | ".join(cells) + " |")
