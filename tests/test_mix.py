@@ -31,6 +31,30 @@ def test_the_mix_sends_the_protocols_requests_that_do_not_hash_and_says_their_cp
     assert "not a benchmark" in out
 
 
+def test_the_mix_says_the_cpu_of_each_type_of_request_and_of_the_floor_under_every_page(capsys):
+    assert mix.main(["6", *SMALL]) == 0
+    out = capsys.readouterr().out
+    sent = ast.literal_eval(re.search(r"sent \(last round\): (\{.*\})", out).group(1))
+    by_type = dict(re.findall(r"^  (\S+ \S+) +[\d.]+ ms +([\d,]+) requests$", out, re.MULTILINE))
+    assert {name: int(count.replace(",", "")) for name, count in by_type.items()} == sent
+    floors = {what: float(ms) for what, ms in re.findall(r"^(.+): ([\d.]+) ms$", out, re.MULTILINE)}
+    around_views = next(ms for what, ms in floors.items() if what.startswith("around any view"))
+    assert 0 < floors["Flask alone, the same view"] < around_views  # the stage's hooks cost something
+    assert floors["a timeline read again, nothing changed"] > 0
+
+
+def test_requests_go_straight_to_the_app_and_keep_the_cookies_it_sets_as_a_browser_does():
+    app = mix.build_app(stages.get_stage(6), 50, 500)
+    mix.add_floor(app)
+    cookies: dict[str, str] = {}
+    assert mix.send(app, cookies, "GET", mix.FLOOR)[0] == 302  # to the login form: nobody is logged in
+    person = mix.Person(app, 1, 50)  # logs in through the form, as the locustfile does
+    assert "session" in person.cookies
+    assert person.send("GET", mix.FLOOR) == (200, b"ok")
+    assert person.form("/logout/", {}) == 303
+    assert person.send("GET", mix.FLOOR)[0] == 302  # whatever cookie the log out left, it logs nobody in
+
+
 def test_the_mix_takes_the_tasks_and_weights_of_the_protocol_that_send_one_request_and_hash_nothing():
     assert mix.MIX == {"list_tweets": 200, "write_tweet": 20, "list_users": 5, "follow": 5, "unfollow": 5}
 

@@ -8,13 +8,17 @@ What a change to the app costs or saves, in seconds rather than a benchmark's
 half hour: the stage's app settings, on a fresh SQLite database seeded small
 (``--seed-users``, ``--seed-tweets``), logged-in people sending the protocol's
 timeline reads, tweets, user lists, follows and unfollows with its weights
-(``tools/protocol.py``) through Flask's test client, and the process's CPU time
-a request. Logins and registrations are left out: their cost is bcrypt's.
+(``tools/protocol.py``), and the process's CPU time a request: in all, by type
+of request, and what any request pays before its view does anything (the
+stage's hooks, against Flask alone). Logins and registrations are left out:
+their cost is bcrypt's.
 
-It is not a benchmark: no nginx, no uWSGI, no gevent, no network, and the test
-client's own work counted in. Compare two trees or two settings with it, run in
-turn on the same machine; ``make bench`` and ``make profile`` say what a stage
-serves.
+Each request is a call of the WSGI app with the environ a server would build
+(``Person.send``), cookies kept from one answer to the next as a browser keeps
+them, so the figures are the app's own work: no client library is counted in.
+It is not a benchmark: no nginx, no uWSGI, no gevent, no network. Compare two
+trees or two settings with it, run in turn on the same machine; ``make bench``
+and ``make profile`` say what a stage serves.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
+from http.cookies import SimpleCookie
+from urllib.parse import urlencode
+
+from flask import Flask
+from flask_login import login_required
 
 from tools import stages
 from tools.protocol import SEED_PASSWORD, TASKS, csrf_token_of
@@ -39,24 +49,75 @@ WORK = stages.VAR / "mix"
 MIX = {t.name: t.weight for t in TASKS if len(t.requests) == 1}
 
 
+def send(app, cookies: dict[str, str], method: str, path: str, form: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """The app called as a WSGI server calls it, with ``cookies``, which keep what the answer sets (as a browser)."""
+    path, _, query = path.partition("?")
+    body = urlencode(form).encode() if form is not None else b""
+    environ = {
+        "REQUEST_METHOD": method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "127.0.0.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    if cookies:
+        environ["HTTP_COOKIE"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
+    if form is not None:
+        environ["CONTENT_TYPE"] = "application/x-www-form-urlencoded"
+        environ["CONTENT_LENGTH"] = str(len(body))
+    answer: dict = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info=None) -> None:
+        answer["status"], answer["headers"] = int(status.split()[0]), headers
+
+    chunks = app(environ, start_response)
+    try:
+        page = b"".join(chunks)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    for name, value in answer["headers"]:
+        if name.lower() == "set-cookie":
+            for cookie in SimpleCookie(value).values():
+                if cookie.value:
+                    cookies[cookie.key] = cookie.value
+                else:  # cleared (a log out)
+                    cookies.pop(cookie.key, None)
+    return answer["status"], page
+
+
 class Person:
-    """One logged-in test client, keeping the token of the last page it saw, as the locustfile does."""
+    """One logged-in browser: its session cookie, and the token of the last page it saw, as the locustfile keeps."""
 
     def __init__(self, app, number: int, seed_users: int) -> None:
-        self.client, self.number, self.seed_users = app.test_client(), number, seed_users
+        self.app, self.number, self.seed_users = app, number, seed_users
         self.user_pages = -(-seed_users // app.config["PAGE_SIZE"])
         self.name, self.token, self.followed = f"user{number}", "", []
+        self.cookies: dict[str, str] = {}
         self.page("/")
         self.form("/", {"name": self.name, "password": SEED_PASSWORD, "next": ""})
         self.page("/tweets/")
 
+    def send(self, method: str, path: str, form: dict[str, str] | None = None) -> tuple[int, bytes]:
+        return send(self.app, self.cookies, method, path, form)
+
     def page(self, path: str) -> int:
-        response = self.client.get(path)
-        self.token = csrf_token_of(response.get_data(as_text=True)) or self.token
-        return response.status_code
+        status, page = self.send("GET", path)
+        self.token = csrf_token_of(page.decode()) or self.token
+        return status
 
     def form(self, path: str, fields: dict[str, str]) -> int:
-        return self.client.post(path, data={"csrf_token": self.token, **fields}).status_code
+        return self.send("POST", path, {"csrf_token": self.token, **fields})[0]
 
     def someone_else(self, rng: random.Random) -> str:
         other = rng.randint(1, self.seed_users - 1)  # following oneself is a 400 by design
@@ -97,17 +158,60 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
     return create_app({name: config.parse(config.BY_NAME[name], env[f"TWEEPY_{name}"]) for name in names})
 
 
-def run(people: list[Person], requests: int, rng: random.Random) -> tuple[float, Counter, Counter]:
-    """Send ``requests`` requests; the CPU time a request, in ms, and what was sent and answered."""
+@dataclass
+class Round:
+    ms: float  # CPU a request, all requests together
+    sent: Counter  # requests by type
+    spent: Counter  # CPU seconds by type
+    unexpected: Counter  # answers other than a page or a redirect, by type and status
+
+    def by_type(self) -> str:
+        return "\n".join(
+            f"  {name:28s} {1000 * self.spent[name] / count:6.3f} ms  {count:6,} requests"
+            for name, count in self.sent.most_common()
+        )
+
+
+def run(people: list[Person], requests: int, rng: random.Random) -> Round:
+    """Send ``requests`` requests: the CPU time they took, in all and by type, and what was answered."""
     tasks, weights = list(MIX), list(MIX.values())
-    sent, unexpected = Counter(), Counter()
+    sent, spent, unexpected = Counter(), Counter(), Counter()
     started = time.process_time()
     for _ in range(requests):
-        name, status = rng.choice(people).act(rng.choices(tasks, weights)[0], rng)
+        person, task = rng.choice(people), rng.choices(tasks, weights)[0]
+        before = time.process_time()
+        name, status = person.act(task, rng)
+        spent[name] += time.process_time() - before
         sent[name] += 1
         if status not in (200, 303):
             unexpected[f"{name} {status}"] += 1
-    return 1000 * (time.process_time() - started) / requests, sent, unexpected
+    return Round(1000 * (time.process_time() - started) / requests, sent, spent, unexpected)
+
+
+# A view that answers at once: what a request costs around its view, the floor every page stands on.
+FLOOR = "/_mix/floor"
+
+
+def add_floor(app) -> None:
+    """``FLOOR`` on ``app``, for logged-in people only, as every page but the forms to log in is."""
+    app.add_url_rule(FLOOR, "mix_floor", login_required(lambda: "ok"))
+
+
+def repeated_ms(app, cookies: dict[str, str], path: str, requests: int) -> float | None:
+    """CPU a GET of ``path`` with these cookies, asked ``requests`` times in a row, in ms; None if one was
+    not answered with the page."""
+    started = time.process_time()
+    for _ in range(requests):
+        if send(app, cookies, "GET", path)[0] != 200:
+            return None
+    return 1000 * (time.process_time() - started) / requests
+
+
+def flask_alone() -> Flask:
+    """Flask with nothing added: the same view at ``FLOOR``, no extension, no hook."""
+    bare = Flask("mix-floor")
+    bare.add_url_rule(FLOOR, "mix_floor", lambda: "ok")
+    return bare
 
 
 def profile_table(profiler: cProfile.Profile, requests: int, rows: int = 25) -> str:
@@ -124,7 +228,7 @@ def profile_table(profiler: cProfile.Profile, requests: int, rows: int = 25) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.mix", description=__doc__.split("\n")[0])
     parser.add_argument("stage", type=int)
-    parser.add_argument("--people", type=int, default=100, help="logged-in test clients")
+    parser.add_argument("--people", type=int, default=100, help="logged-in people")
     parser.add_argument("--requests", type=int, default=5000, help="requests a round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed-users", type=int, default=2000)
@@ -133,19 +237,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stage = stages.get_stage(args.stage)
     app = build_app(stage, args.seed_users, args.seed_tweets)
+    add_floor(app)
     rng = random.Random(42)
     people = [Person(app, n, args.seed_users) for n in range(1, min(args.people, args.seed_users) + 1)]
     print(f"==> stage {stage.label}, in one process: {len(people)} people on {args.seed_users:,} seeded users")
     run(people, args.requests, rng)  # warm-up: caches filled, pages kept
     figures = []
     for number in range(1, args.rounds + 1):
-        ms, sent, unexpected = run(people, args.requests, rng)
-        figures.append(ms)
-        print(f"round {number}: {ms:.3f} ms of CPU a request ({args.requests:,} requests)")
-        if unexpected:
-            print(f"unexpected answers: {dict(unexpected)}: the figures measure errors, not the mix")
+        last = run(people, args.requests, rng)
+        figures.append(last.ms)
+        print(f"round {number}: {last.ms:.3f} ms of CPU a request ({args.requests:,} requests)")
+        if last.unexpected:
+            print(f"unexpected answers: {dict(last.unexpected)}: the figures measure errors, not the mix")
             return 1
-    print(f"sent (last round): {dict(sent)}")
+    print(f"sent (last round): {dict(last.sent)}")
+    print(f"CPU a request by type (last round):\n{last.by_type()}")
+    cookies = dict(people[0].cookies)
+    floors = {
+        f"around any view (a logged-in GET of {FLOOR}, a view that answers at once)": (app, cookies, FLOOR),
+        "Flask alone, the same view": (flask_alone(), {}, FLOOR),
+        "a timeline read again, nothing changed": (app, cookies, "/tweets/"),
+    }
+    for what, (wsgi_app, its_cookies, path) in floors.items():
+        ms = repeated_ms(wsgi_app, its_cookies, path, args.requests)
+        if ms is None:
+            print(f"unexpected answer to {path}: the figures measure an error")
+            return 1
+        print(f"{what}: {ms:.3f} ms")
     print(f"median: {statistics.median(figures):.3f} ms of CPU a request, in one process (not a benchmark)")
     if args.profile:
         profiler = cProfile.Profile()
