@@ -19,7 +19,7 @@ help:
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
 	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1, KEEP_FROM=results/<run>)"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
-	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request (PROFILE=1)"
+	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request, by type (PROFILE=1)"
 	@echo "make explain STAGE=N how stage N's database runs each read the pages make (EXPLAIN, timings)"
 	@echo "make soak            the default stage under the protocol for minutes, memory sampled (USERS=, MINUTES=)"
 	@echo "make locust          locust's web UI against the stage make run serves"
