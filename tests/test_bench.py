@@ -328,6 +328,14 @@ def test_the_reports_show_each_shown_request_types_p95_and_the_slowest():
     assert "| 160.0 | 300 | 600 | 650 | 250 | 280 | `POST /register/` 650 ms |" in text.replace("**", "")
 
 
+def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_request():
+    step = a_step(200, rps=160.0, generator_cpu_cores=0.096)  # 0.6 ms of the generator's CPU for each of 160
+    assert report.generator_cell(step) == "5%, 0.60 ms/req"
+    assert report.generator_cell(a_step(200)) == "5%"  # runs that did not record its cores
+    assert report.generator_cell({}) == "—"
+    assert "| 5%, 0.60 ms/req |" in report.markdown(a_report(a_stage(best=step)))
+
+
 def test_a_search_cut_short_never_shows_its_last_passing_step_as_the_capacity():
     cut = a_stage(search={"state": "cut short", "ended": "", "note": "locust exited with code -9 in the window"})
     text = report.markdown(a_report(cut))

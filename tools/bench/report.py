@@ -253,10 +253,21 @@ def capacity_table(report: dict) -> list[str]:
             str(b.get("server_cpu_ms_per_request", "—")),
             ms(b.get("peak_server_memory_mb")),
             ceiling,
-            f"{100 * b['generator_cpu_share']:.0f}%" if "generator_cpu_share" in b else "—",
+            generator_cell(b),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def generator_cell(step: dict) -> str:
+    """The generator's share of the machine, and its CPU a request: the same locust code sending the same
+    requests in every run, so a host that is slower at this kind of work shows there first."""
+    if "generator_cpu_share" not in step:
+        return "—"
+    share = f"{100 * step['generator_cpu_share']:.0f}%"
+    if step.get("generator_cpu_cores") is None or not step.get("rps"):
+        return share
+    return f"{share}, {1000 * step['generator_cpu_cores'] / step['rps']:.2f} ms/req"
 
 
 def overload_table(report: dict) -> list[str]:
@@ -448,7 +459,9 @@ NOTES = (
     "those with enough requests to be judged. Server CPU: user + system time of the dev server, or of nginx and "
     "uWSGI with all their processes, divided by the requests served. Stack ceiling: the same generator asking "
     "the stage's servers for `/healthz` with no think time; a lower bound when the generator, or the machine, "
-    "was the bottleneck. Generator CPU: the load generator's share of the whole machine. Hashes are counted from "
+    "was the bottleneck. Generator CPU: the load generator's share of the whole machine, and its CPU a request: "
+    "the same code sends the same requests in every run, so it shows how fast the host was at such work (between "
+    "runs of one stage, the server's CPU a request outside bcrypt moves with it). Hashes are counted from "
     "the window's own successful logins and registrations, and their CPU is those hashes at the probe's cost; "
     "where a stage hashes on threads of its own (`tweepy-hash`), the CPU those threads took in the window is "
     "measured too and shown beside it. Projections are not measurements: the window's server "
