@@ -180,6 +180,38 @@ def test_an_authors_page_read_again_unchanged_leaves_the_kept_timeline_as_it_was
     assert tweet_texts(first) == tweet_texts(again) == ["hello followers"]
 
 
+def test_a_kept_timeline_is_byte_for_byte_the_page_rendered_afresh(make_app, monkeypatch):
+    app = make_app(**KEPT_PAGES)
+    alice, bob = sign_up(app, "alice"), sign_up(app, "bob")
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert bob.post("/tweets/", {"tweet": "from bob & co"}).status_code == 303
+    assert alice.post("/tweets/", {"tweet": "mine <i>"}).status_code == 303
+    now = float(int(time.time()))
+    monkeypatch.setattr(time, "time", lambda: now)  # one token for the three visits
+    kept_twice = [alice.get("/tweets/").get_data(), alice.get("/tweets/").get_data()]
+    app.config["FRAGMENT_CACHE"] = False  # kept_page then calls render_template itself
+    afresh = alice.get("/tweets/").get_data()
+    assert kept_twice == [afresh, afresh]
+    assert b"tweepy:" not in afresh
+
+
+def test_a_change_of_rows_renders_the_list_again_and_keeps_the_frame(make_app):
+    app = make_app(**KEPT_PAGES)
+    alice, bob = sign_up(app, "alice"), sign_up(app, "bob")
+    assert alice.post("/users/bob/follow").status_code == 303
+    alice.get("/tweets/")  # shows the follow's message, rendered afresh since it is used up
+    seen = rendered_templates(app)
+    assert tweet_texts(alice.get("/tweets/")) == []
+    assert bob.post("/tweets/", {"tweet": "first"}).status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["first"]
+    assert alice.post("/tweets/", {"tweet": "second"}).status_code == 303
+    page = alice.get("/tweets/")
+    assert tweet_texts(page) == ["second", "first"]
+    assert seen.count("timeline.html") == 1  # the frame, once; the list three times, from the macro alone
+    (delete,) = [form for form in forms_of(page) if form["action"].endswith("/delete")]
+    assert delete["csrf_token"] == csrf_token(page) and delete["next"] == "/tweets/"
+
+
 def test_a_message_to_flash_is_shown_on_the_next_page_only(make_app):
     app = make_app(**KEPT_PAGES)
     browser = Browser(app.test_client())

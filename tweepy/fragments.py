@@ -27,8 +27,10 @@ and where its buttons send people back to, so it is rendered once with those
 two holes open and kept, one a viewer, while its rows are the same. It is kept
 as UTF-8 pieces cut at its holes, so a visit joins bytes that are ready to send
 (searching the page for its holes and encoding it took a seventh of a kept
-visit's CPU). A page with a message to flash is rendered afresh, since showing
-it uses it up.
+visit's CPU). When the rows change (a new tweet, a follow), only the list of
+tweets is rendered again: the frame around it (the bar, the tweet box, the
+headings) is kept apart, one a viewer, with a third hole where the list goes.
+A page with a message to flash is rendered afresh, since showing it uses it up.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Hashable
+from itertools import chain
 
 import cachetools
 from flask import Flask, current_app, g, render_template, request, session
@@ -51,8 +54,10 @@ TEMPLATE = "_macros.html"
 CSRF_HOLE = Markup("<tweepy:csrf>")
 NEXT_HOLE = Markup("<tweepy:next>")
 HOLES = {"csrf": CSRF_HOLE, "next": NEXT_HOLE}
+# Where a kept page's frame takes its list of tweets (``kept_page``).
+ROWS_HOLE = Markup("<tweepy:rows>")
 # The holes of a page, kept in what it is split into.
-BETWEEN_HOLES = re.compile("(" + "|".join(map(re.escape, HOLES.values())) + ")")
+BETWEEN_HOLES = re.compile("(" + "|".join(map(re.escape, (*HOLES.values(), ROWS_HOLE))) + ")")
 
 
 def entry_bytes(html: str) -> int:
@@ -91,23 +96,41 @@ HOLES_OPEN = "tweepy_holes_open"
 
 def kept_page(template: str, rows: tuple, **context) -> str | bytes:
     """``render_template(template, **context)`` for the logged-in viewer (UTF-8 when kept), kept with
-    FRAGMENT_CACHE while ``rows`` (all the page shows besides the viewer) are the very same tuple the
-    read cache holds.
+    FRAGMENT_CACHE while ``rows`` (the tweets it lists: all the page shows besides the viewer) are the
+    very same tuple the read cache holds.
 
-    The page's token (``csrf``) and ``here`` are holes in what is kept, filled for each request."""
+    The template shows its rows as ``rows_hole or tweet_list(tweets, here, older_url)``: the frame is
+    rendered once a viewer with ``rows_hole`` set, and only the list is rendered again when the rows
+    change, so nothing else in ``context`` may change what the frame shows. The page's token
+    (``csrf``) and ``here`` are holes in what is kept, filled for each request."""
     if not current_app.config["FRAGMENT_CACHE"] or "_flashes" in session:
         return render_template(template, **context)
+    viewer = (template, request.script_root, current_user.id, current_user.name)
 
-    def render_with_holes() -> tuple[bytes | str, ...]:
-        setattr(g, HOLES_OPEN, True)
-        try:
-            return cut_at_holes(render_template(template, **context, csrf=CSRF_HOLE, here=NEXT_HOLE))
-        finally:
-            delattr(g, HOLES_OPEN)
+    def frame() -> tuple[bytes | str, ...]:
+        holes = {"csrf": CSRF_HOLE, "here": NEXT_HOLE, "rows_hole": ROWS_HOLE}
+        return _with_holes_open(render_template, template, **context, **holes)
 
-    key = ("page", template, request.script_root, current_user.id, current_user.name)
-    pieces = cache().derived(key, (rows,), render_with_holes)
+    def listed() -> tuple[bytes | str, ...]:
+        tweet_list = current_app.jinja_env.get_template(TEMPLATE).module.tweet_list
+        return _with_holes_open(tweet_list, rows, NEXT_HOLE, context.get("older_url"))
+
+    def page() -> tuple[bytes | str, ...]:
+        # Nothing in the frame depends on the rows, so it is kept for as long as the cache keeps it.
+        around = cache().derived(("frame", *viewer), (), frame)
+        return tuple(chain.from_iterable(listed() if piece == ROWS_HOLE else (piece,) for piece in around))
+
+    pieces = cache().derived(("page", *viewer), (rows,), page)
     return filled(pieces, page_token(), here())
+
+
+def _with_holes_open(render, *args, **kwargs) -> tuple[bytes | str, ...]:
+    """``render(*args, **kwargs)`` cut at its holes, one's own tweets in it keeping theirs for the page's."""
+    setattr(g, HOLES_OPEN, True)
+    try:
+        return cut_at_holes(str(render(*args, **kwargs)))
+    finally:
+        delattr(g, HOLES_OPEN)
 
 
 def init_app(app: Flask) -> None:
