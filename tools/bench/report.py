@@ -201,7 +201,8 @@ def header(report: dict) -> list[str]:
     processes = g.get("processes", plan.get("locust_processes", 1))
     return [
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}. "
-        f"Load generator: locust, {processes} process(es), {where} (its CPU share is in each row).",
+        f"Load generator: locust, {processes} process(es), {where} "
+        "(its share of the CPU, and its CPU a request, are in each row).",
         f"Data: {plan['users']:,} users, {plan['tweets']:,} tweets, {plan['follows']} follows each. "
         f"bcrypt cost {report['bcrypt']['cost']}. "
         f"Window {plan['window_s']:g} s a step, after every user has logged in. "
