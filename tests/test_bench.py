@@ -128,6 +128,7 @@ def test_a_windows_figures_count_its_hashes_and_its_goodput():
     assert window["hashes"] == 6 and window["hashes_per_s"] == 0.6
     assert window["rps"] == 48.6 and window["goodput_rps"] == 48.4
     assert window["server_cpu_ms_per_request"] == 5.0
+    assert window["generator_cpu_ms_per_request"] == round(1000 * 0.5 / window["requests"], 3)
     assert not window["met"] and "2 failures (GET /tweets/ 2)" in window["misses"][0]
 
 
@@ -332,6 +333,8 @@ def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_reque
     step = a_step(200, rps=160.0, generator_cpu_cores=0.096)  # 0.6 ms of the generator's CPU for each of 160
     assert report.generator_cell(step) == "5%, 0.60 ms/req"
     assert report.generator_cell(a_step(200)) == "5%"  # runs that did not record its cores
+    # Recorded by the window itself, unrounded by the cores' two decimals, it is shown as it is.
+    assert report.generator_cell({**step, "generator_cpu_ms_per_request": 0.613}) == "5%, 0.61 ms/req"
     assert report.generator_cell({}) == "—"
     assert "| 5%, 0.60 ms/req |" in report.markdown(a_report(a_stage(best=step)))
 

@@ -77,6 +77,7 @@ def window_figures(
         "server_cpu_ms_per_request": round(1000 * server_cpu_s / requests, 2) if requests else None,
         "server_cpu_cores": round(server_cpu_s / seconds, 2) if seconds else 0.0,
         "generator_cpu_cores": round(generator_cpu_s / seconds, 2) if seconds else 0.0,
+        "generator_cpu_ms_per_request": round(1000 * generator_cpu_s / requests, 3) if requests else None,
         "generator_cpu_share": round(generator_cpu_s / seconds / cores, 3) if seconds else 0.0,
     }
 
