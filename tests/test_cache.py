@@ -137,6 +137,31 @@ def test_read_your_writes_holds_when_writes_alternate_between_processes(two_proc
 # --- everybody else, with the write signal: at once ------------------------
 
 
+def test_a_process_does_not_replay_its_own_write_and_evict_what_it_read_afresh_since(make_app):
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=5.0)
+    alice = sign_up(app, "alice")
+    assert alice.post("/tweets/", {"tweet": "first"}).status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["first"]  # her page, read afresh after her write
+    page = queries.newest_tweets_by.key(user_id(app, "alice"))
+    kept = cache_of(app).entries[page]
+
+    cache_of(app).synced_at -= 5.0  # the next request replays the log, as one does every CACHE_SYNC_INTERVAL
+    assert tweet_texts(alice.get("/tweets/")) == ["first"]
+    assert cache_of(app).entries[page] is kept
+
+
+def test_a_write_made_after_anothers_not_yet_replayed_here_still_replays_it(two_processes):
+    apps = two_processes(NEVER)
+    bob = sign_up(apps[B], "bob")  # bob's requests all go to B, alice's to A
+    alice = sign_up(apps[A], "alice")
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert tweet_texts(warm(alice, "/tweets/")) == []
+    assert bob.post("/tweets/", {"tweet": "bob on B"}).status_code == 303  # not replayed on A yet
+    assert alice.post("/tweets/", {"tweet": "alice on A"}).status_code == 303
+
+    assert tweet_texts(alice.get("/tweets/")) == ["alice on A", "bob on B"]
+
+
 def test_with_the_write_signal_a_follower_sees_a_new_tweet_on_the_other_process_at_once(two_processes):
     apps = two_processes(NEVER, write_signal=True)
     alice = sign_up(apps[A], "alice")
@@ -334,13 +359,95 @@ def test_a_result_computed_from_entries_is_kept_while_they_are_the_very_same_obj
     assert len(computed) == 3
 
 
+@pytest.fixture
+def local_cache(make_app):
+    """The LocalCache of an app, used within one of its requests, as the reads use it."""
+    app = make_app(**CACHED, CACHE_TTL=60, CACHE_SYNC_INTERVAL=NEVER)
+    with app.test_request_context():
+        yield cache()
+
+
+def test_a_result_computed_from_keyed_entries_is_kept_until_one_of_them_is_evicted(local_cache):
+    computed = []
+
+    def merge():
+        computed.append(1)
+        return (1, 2, 3), ["page:a", "page:b"]
+
+    first = local_cache.derived_from_keys("k", merge)
+    assert local_cache.derived_from_keys("k", merge) is first
+    local_cache._evict(["page:elsewhere"])
+    assert local_cache.derived_from_keys("k", merge) is first
+    assert len(computed) == 1, "an eviction of an entry it was not computed from leaves it be"
+    local_cache._evict(["page:b"])
+    again = local_cache.derived_from_keys("k", merge)
+    assert len(computed) == 2
+    assert again is first, "computed again and equal: the very object kept, so what was derived from it stands"
+
+
+def test_a_keyed_result_is_not_kept_if_an_entry_it_read_was_evicted_while_it_was_computed(local_cache):
+    computed = []
+
+    def merge_while_a_write_evicts_page_b():
+        computed.append(1)
+        if len(computed) == 1:
+            local_cache._evict(["page:b"])  # another greenlet's write commits mid-way
+        return (len(computed),), ["page:a", "page:b"]
+
+    assert local_cache.derived_from_keys("k", merge_while_a_write_evicts_page_b) == (1,)
+    assert local_cache.derived_from_keys("k", merge_while_a_write_evicts_page_b) == (2,)
+    assert local_cache.derived_from_keys("k", merge_while_a_write_evicts_page_b) == (2,)
+    assert len(computed) == 2
+
+
+def test_a_keyed_result_ends_with_its_ttl_and_with_the_whole_cache(local_cache, monkeypatch):
+    computed = []
+
+    def merge():
+        computed.append(1)
+        return (len(computed),), ["page:a"]
+
+    assert local_cache.derived_from_keys("k", merge) == (1,)
+    later = time.monotonic() + 60
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert local_cache.derived_from_keys("k", merge) == (2,)
+    assert local_cache.derived_from_keys("k", merge) == (2,)
+    local_cache.synced_at = float("-inf")  # asleep long enough to have missed log entries: drops everything
+    local_cache.sync()
+    assert not local_cache.dependents
+    assert local_cache.derived_from_keys("k", merge) == (3,)
+
+
+def test_whom_a_keyed_result_no_longer_reads_no_longer_ends_it_and_the_pairs_kept_are_bounded(local_cache, monkeypatch):
+    reads = [["following:1", "page:a", "page:b"]]
+    computed = []
+
+    def merge():
+        computed.append(1)
+        return (len(computed),), reads[0]
+
+    local_cache.derived_from_keys("k", merge)
+    local_cache._evict(["following:1"])  # an unfollow of b
+    reads[0] = ["following:1", "page:a"]
+    assert local_cache.derived_from_keys("k", merge) == (2,)
+    assert local_cache.dependencies == 2
+    local_cache._evict(["page:b"])
+    assert local_cache.derived_from_keys("k", merge) == (2,) and len(computed) == 2
+
+    monkeypatch.setattr("tweepy.cache.DEPENDENCIES_REMEMBERED", 3)
+    local_cache.derived_from_keys("other", lambda: ((0,), ["page:c", "page:d"]))
+    assert local_cache.dependencies == 0 and not local_cache.dependents, "past the bound, all start afresh"
+    assert local_cache.derived_from_keys("k", merge) == (3,)
+
+
 def test_caches_that_hand_out_new_objects_compute_every_time():
     from tweepy.cache import NoCache
 
     computed = []
     for _ in range(2):
         NoCache().derived("k", ((1,),), lambda: computed.append(1))
-    assert len(computed) == 2
+        NoCache().derived_from_keys("k", lambda: (computed.append(1), ["page:a"]))
+    assert len(computed) == 4
 
 
 def test_the_kept_merge_and_its_html_follow_a_new_tweet_of_a_followed_author(make_app):

@@ -160,8 +160,10 @@ def test_a_kept_timeline_shows_a_new_tweet_at_once(make_app):
     assert tweet_texts(alice.get("/tweets/")) == ["hello followers"]
 
 
-def test_an_authors_page_read_again_unchanged_leaves_the_kept_timeline_as_it_was(make_app):
-    app = make_app(**KEPT_PAGES)
+def test_a_kept_timeline_outlives_its_pages_ttl_and_after_its_own_an_unchanged_read_renders_nothing(
+    make_app, monkeypatch
+):
+    app = make_app(**KEPT_PAGES, CACHE_TTL=60)  # well short of when a process that slept drops everything
     alice, bob = sign_up(app, "alice"), sign_up(app, "bob")
     assert alice.post("/users/bob/follow").status_code == 303
     assert bob.post("/tweets/", {"tweet": "hello followers"}).status_code == 303
@@ -171,6 +173,12 @@ def test_an_authors_page_read_again_unchanged_leaves_the_kept_timeline_as_it_was
     with app.app_context():
         read_before = cache().entries.pop(bobs_page)  # as when its TTL ends
 
+    alice.get("/tweets/")
+    with app.app_context():
+        assert bobs_page not in cache().entries, "the kept merge stands: no write ended it, so nothing is read"
+
+    later = time.monotonic() + app.config["CACHE_TTL"]
+    monkeypatch.setattr(time, "monotonic", lambda: later)  # the kept merge's own TTL ends
     again = alice.get("/tweets/")
 
     with app.app_context():

@@ -35,7 +35,15 @@ authors' pages, the HTML those rows join into) is kept too, by ``derived``,
 with the very entries it was computed from. An entry is immutable, and a write
 replaces it rather than changing it, so while every input is still the same
 object the result stands: it needs no key to forget and can never outlive a
-write. (An eighth of ``CACHE_BYTES`` holds these results.)
+write. A result computed from many entries (a timeline, from twenty-odd pages)
+is kept by ``derived_from_keys`` under the keys of those entries instead, and
+the eviction of any of them ends it: finding it costs one lookup, not one an
+entry. (An eighth of ``CACHE_BYTES`` holds these results.)
+
+A process evicts its own write's keys as it commits, and the log's entries
+are in the order they committed: when nothing lies between what the process
+last replayed and its own entries, it counts them replayed, rather than evict
+again, a second later, what it has read afresh since.
 
 With ``CACHE=redis`` every process of every node shares one cache in Redis
 (``RedisCache``), with no layer in front of it: a read that hits costs one
@@ -140,6 +148,9 @@ LOG_KEYS = insert(LOG).returning(LOG.c.id)
 LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
 # Keys each cached read remembers how to spell (about 100 bytes each).
 KEYS_SPELT = 20_000
+# Which kept results each entry's eviction ends (``derived_from_keys``), at about 50 bytes a pair; past
+# this many pairs, every such result is dropped and they start afresh.
+DEPENDENCIES_REMEMBERED = 500_000
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +180,10 @@ class ReadCache(Protocol):
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``, kept under ``key`` for as long as ``inputs`` are the very values it was computed from."""
 
+    def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
+        """The value of ``compute()``, which returns it with the keys of the entries it read, kept under ``key``
+        until one of those entries is evicted (``CACHE_TTL`` at most)."""
+
     def forget(self, *keys: CacheKey) -> None:
         """Within a write's transaction: these keys are stale once it commits."""
 
@@ -190,8 +205,9 @@ class RequestState:
     # count from now): a value computed from rows read before a later eviction
     # of its key may be stale, and is not stored.
     epoch: int | None = None
-    # Keys the open transaction has logged, and the last log id it wrote.
+    # Keys the open transaction has logged, and the first and last log ids it wrote.
     forgotten: list[str] = field(default_factory=list)
+    forgotten_from: int | None = None
     forgotten_up_to: int | None = None
     # The last log id this request committed: the writer's next request replays up to it.
     committed_up_to: int | None = None
@@ -220,6 +236,9 @@ class NoCache:
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         return compute()
 
+    def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
+        return compute()[0]
+
     def forget(self, *keys: CacheKey) -> None:
         pass
 
@@ -242,10 +261,10 @@ def size_of(value: Any) -> int:
     return size
 
 
-def result_size(kept: tuple[tuple, Any]) -> int:
+def result_size(kept: tuple | list) -> int:
     """Bytes a derived result holds of its own: the tuples, text or bytes it made (its rows and inputs are entries)."""
-    inputs, value = kept
-    size = sys.getsizeof(inputs) + sys.getsizeof(value)
+    inputs, value = kept[0], kept[1]
+    size = sys.getsizeof(kept) + sys.getsizeof(inputs) + sys.getsizeof(value)
     if isinstance(value, tuple):  # a page in pieces (fragments.cut_at_holes), or rows (entries already)
         size += sum(sys.getsizeof(piece) for piece in value if isinstance(piece, (str, bytes)))
     return size
@@ -303,6 +322,10 @@ class LocalCache:
             maxsize=max_bytes - results_bytes, ttl=ttl, getsizeof=size_of
         )
         self.results: cachetools.LRUCache = cachetools.LRUCache(maxsize=results_bytes, getsizeof=result_size)
+        # For each entry key, the results of ``derived_from_keys`` computed from it, which its eviction ends.
+        self.dependents: dict[str, set[Hashable]] = {}
+        self.dependencies = 0
+        self.ttl = ttl
         # When each key was last evicted, counted in evictions: a read that began
         # before its key was evicted may hold stale rows and must not be stored.
         self.evicted_at: cachetools.TTLCache = cachetools.TTLCache(maxsize=EVICTIONS_REMEMBERED, ttl=max(ttl, 60))
@@ -371,6 +394,53 @@ class LocalCache:
                 pass  # larger than the whole store: served, not kept
         return value
 
+    def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
+        """Kept as ``[keys, value, until]``; an eviction of any of ``keys`` sets ``until`` to the past
+        (``_evict``), so a read while nothing it came from changed costs one lookup, however many
+        entries it merged. Like ``derived``, a value equal to the one kept is returned as that object."""
+        now = time.monotonic()
+        with self.lock:
+            kept = self.results.get(key)
+        if kept is not None and now < kept[2]:
+            return kept[1]
+        epoch = request_state().epoch
+        if epoch is None:
+            epoch = self.evictions
+        value, keys = compute()
+        keys = tuple(keys)
+        if kept is not None and kept[1] == value:
+            value = kept[1]
+        with self.lock:
+            # An entry evicted since the request's reads began may have been read before its write: not kept.
+            if self.evictions > epoch and (
+                self.cleared_at > epoch or any(self.evicted_at.get(k, -1) > epoch for k in keys)
+            ):
+                return value
+            try:
+                self.results[key] = [keys, value, now + self.ttl]
+            except ValueError:
+                return value  # larger than the whole store: served, not kept
+            if kept is not None:
+                for gone in set(kept[0]).difference(keys):  # whom one no longer follows, say
+                    dependents = self.dependents.get(gone, set())
+                    self.dependencies -= key in dependents
+                    dependents.discard(key)
+            for k in keys:
+                dependents = self.dependents.setdefault(k, set())
+                self.dependencies += key not in dependents
+                dependents.add(key)
+            if self.dependencies > DEPENDENCIES_REMEMBERED:
+                self._drop_dependents()
+        return value
+
+    def _drop_dependents(self) -> None:
+        """End every result of ``derived_from_keys`` (they are computed again as asked) and what they depend on."""
+        for dependents in self.dependents.values():
+            for key in dependents:
+                self.results.pop(key, None)
+        self.dependents.clear()
+        self.dependencies = 0
+
     def forget(self, *keys: CacheKey) -> None:
         """Log the keys in the current transaction; evict them here once it commits."""
         if not keys:
@@ -387,15 +457,23 @@ class LocalCache:
             prune_log()
         state = request_state()
         state.forgotten.extend(keys)
+        if state.forgotten_from is None:
+            state.forgotten_from = ids[0]
         state.forgotten_up_to = ids[-1]
 
     def after_commit(self) -> None:
         state = request_state()
         if state.forgotten:
             keys, state.forgotten = state.forgotten, []
+            first, state.forgotten_from = state.forgotten_from, None
             state.committed_up_to, state.forgotten_up_to = state.forgotten_up_to, None
             with self.lock:
                 self._evict(keys)
+                if self.applied is not None and self.applied + 1 == first:
+                    # Ids commit in order, so no one else's entry lies below this write's: replaying
+                    # them would only evict again what was read afresh since (an author's page, and the
+                    # timelines merged from it).
+                    self.applied = state.committed_up_to
                 if self.signal is not None:
                     # Before the response leaves: every later request, in any process, catches up.
                     before = self.signal.bump()
@@ -404,7 +482,7 @@ class LocalCache:
 
     def after_rollback(self) -> None:
         state = request_state()
-        state.forgotten, state.forgotten_up_to = [], None
+        state.forgotten, state.forgotten_from, state.forgotten_up_to = [], None, None
 
     def sync(self, at_least: int | None = None) -> None:
         now = time.monotonic()
@@ -420,6 +498,8 @@ class LocalCache:
                 self.applied = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
                 self.entries.clear()
                 self.results.clear()
+                self.dependents.clear()
+                self.dependencies = 0
                 self.evictions += 1
                 self.cleared_at = self.evictions
             else:
@@ -435,6 +515,12 @@ class LocalCache:
         for key in keys:
             self.entries.pop(key, None)
             self.evicted_at[key] = self.evictions
+            dependents = self.dependents.pop(key, ())
+            self.dependencies -= len(dependents)
+            for dependent in dependents:
+                kept = self.results.get(dependent)
+                if kept is not None:
+                    kept[2] = float("-inf")  # computed again when next asked for (its value kept to compare)
 
 
 # How long the generation made by a miss lives, unless a value is stored with it. Short, because the key
@@ -551,6 +637,10 @@ class RedisCache:
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         # Every read unpickles new values: nothing computed from them is ever the same twice.
         return compute()
+
+    def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
+        # Another process's write evicts in Redis only: nothing here would hear of it.
+        return compute()[0]
 
     def forget(self, *keys: CacheKey) -> None:
         """Remember the keys; they are evicted once the transaction commits (evicting sooner would let a

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from flask import current_app
 from sqlalchemy import bindparam, func, select
 
-from .cache import cache, memoized
+from .cache import CacheKey, cache, memoized
 from .extensions import db
 from .models import Follow, ThrottleEvent, Tweet, User
 
@@ -184,15 +184,17 @@ def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
     timelines of all their followers. The rows are the ones ``timeline_of``'s
     query returns (a test compares them).
     """
-    authors = following_of(user_id) | {user_id}
-    pages = tuple(newest_tweets_by.many((author,) for author in authors))
-    # Until one of the pages changes, the merge of the same pages is the same: kept, not redone.
     size = page_size()
-    return cache().derived(
-        ("timeline", user_id, size),
-        pages,
-        lambda: tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), size)),
-    )
+
+    def merged() -> tuple[tuple[TweetRow, ...], list[CacheKey]]:
+        authors = following_of(user_id) | {user_id}
+        pages = newest_tweets_by.many((author,) for author in authors)
+        rows = tuple(islice(heapq.merge(*pages, key=attrgetter("id"), reverse=True), size))
+        return rows, [following_of.key(user_id), *(newest_tweets_by.key(author) for author in authors)]
+
+    # Until one of the pages changes, or whom the user follows, the merge is the same: kept, not redone,
+    # and found without looking up its twenty-odd pages.
+    return cache().derived_from_keys(("timeline", user_id, size), merged)
 
 
 # A page past the last one is empty and not kept: its number is the client's choice.
