@@ -162,6 +162,39 @@ def test_a_write_made_after_anothers_not_yet_replayed_here_still_replays_it(two_
     assert tweet_texts(alice.get("/tweets/")) == ["alice on A", "bob on B"]
 
 
+def test_a_post_makes_its_authors_kept_page_in_the_writers_process_without_reading_it_again(make_app, monkeypatch):
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
+    alice = sign_up(app, "alice")
+    assert alice.post("/tweets/", {"tweet": "first"}).status_code == 303
+    assert tweet_texts(warm(alice, "/tweets/")) == ["first"]
+    read, reads = queries.newest_tweets_by.uncached, []
+    monkeypatch.setattr(queries.newest_tweets_by, "uncached", lambda *args: reads.append(args) or read(*args))
+
+    assert alice.post("/tweets/", {"tweet": "second"}).status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["second", "first"]
+    assert tweet_texts(alice.get("/users/alice/")) == ["second", "first"]
+    assert reads == []
+    with app.app_context():
+        assert cache().entries[queries.newest_tweets_by.key(user_id(app, "alice"))] == read(user_id(app, "alice"))
+
+
+def test_a_post_made_before_anothers_write_is_replayed_here_leaves_the_page_to_be_read_again(two_processes):
+    from tweepy import writes
+
+    apps = two_processes(NEVER)
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    assert alice.on(A).post("/tweets/", {"tweet": "first"}).status_code == 303
+    assert tweet_texts(warm(alice.on(A), "/tweets/")) == ["first"]
+    alice_id = user_id(apps[A], "alice")
+    assert alice.on(B).post("/tweets/", {"tweet": "from her other tab"}).status_code == 303
+
+    with apps[A].test_request_context():  # her tab on A posts before A has replayed that
+        writes.post_tweet(alice_id, "third")
+        assert queries.newest_tweets_by.key(alice_id) not in cache().entries
+    assert tweet_texts(alice.on(A).get("/tweets/")) == ["third", "from her other tab", "first"]
+
+
 def test_with_the_write_signal_a_follower_sees_a_new_tweet_on_the_other_process_at_once(two_processes):
     apps = two_processes(NEVER, write_signal=True)
     alice = sign_up(apps[A], "alice")

@@ -43,7 +43,11 @@ entry. (An eighth of ``CACHE_BYTES`` holds these results.)
 A process evicts its own write's keys as it commits, and the log's entries
 are in the order they committed: when nothing lies between what the process
 last replayed and its own entries, it counts them replayed, rather than evict
-again, a second later, what it has read afresh since.
+again, a second later, what it has read afresh since. Then every entry it
+holds held every write before this one, so a write that knows what one of its
+keys holds now (a new tweet, first on its author's page) gives it with
+``patch``, and the changed entry is kept instead of read again. Other
+processes, and this one when another write does lie between, evict it.
 
 With ``CACHE=redis`` every process of every node shares one cache in Redis
 (``RedisCache``), with no layer in front of it: a read that hits costs one
@@ -187,6 +191,10 @@ class ReadCache(Protocol):
     def forget(self, *keys: CacheKey) -> None:
         """Within a write's transaction: these keys are stale once it commits."""
 
+    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+        """``forget(key)``; but where this process can tell its entry held every earlier write, once the
+        write commits the entry becomes ``change(entry)`` instead (unless that is None)."""
+
     def after_commit(self) -> None:
         """The write committed: drop what it forgot."""
 
@@ -209,6 +217,8 @@ class RequestState:
     forgotten: list[str] = field(default_factory=list)
     forgotten_from: int | None = None
     forgotten_up_to: int | None = None
+    # Entries to change rather than evict once the transaction commits (``patch``): key, change.
+    patches: list[tuple[str, Callable[[Any], Any]]] = field(default_factory=list)
     # The last log id this request committed: the writer's next request replays up to it.
     committed_up_to: int | None = None
 
@@ -240,6 +250,9 @@ class NoCache:
         return compute()[0]
 
     def forget(self, *keys: CacheKey) -> None:
+        pass
+
+    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
         pass
 
     def after_commit(self) -> None:
@@ -461,18 +474,31 @@ class LocalCache:
             state.forgotten_from = ids[0]
         state.forgotten_up_to = ids[-1]
 
+    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+        self.forget(key)
+        request_state().patches.append((key, change))
+
     def after_commit(self) -> None:
         state = request_state()
         if state.forgotten:
             keys, state.forgotten = state.forgotten, []
             first, state.forgotten_from = state.forgotten_from, None
             state.committed_up_to, state.forgotten_up_to = state.forgotten_up_to, None
+            patches, state.patches = state.patches, []
             with self.lock:
+                # Ids commit in order, so when this write's entries follow the last one replayed here, no
+                # one else's write lies between: every entry kept here held every write before this one.
+                alone = self.applied is not None and self.applied + 1 == first
+                changed = [(key, change(self.entries[key])) for key, change in patches if alone and key in self.entries]
                 self._evict(keys)
-                if self.applied is not None and self.applied + 1 == first:
-                    # Ids commit in order, so no one else's entry lies below this write's: replaying
-                    # them would only evict again what was read afresh since (an author's page, and the
-                    # timelines merged from it).
+                for key, value in changed:
+                    if value is not None:
+                        try:
+                            self.entries[key] = value
+                        except ValueError:
+                            pass  # larger than the whole cache: read again when asked for
+                if alone:
+                    # Replaying its entries would only evict again what was read or changed since.
                     self.applied = state.committed_up_to
                 if self.signal is not None:
                     # Before the response leaves: every later request, in any process, catches up.
@@ -482,7 +508,7 @@ class LocalCache:
 
     def after_rollback(self) -> None:
         state = request_state()
-        state.forgotten, state.forgotten_from, state.forgotten_up_to = [], None, None
+        state.forgotten, state.forgotten_from, state.forgotten_up_to, state.patches = [], None, None, []
 
     def sync(self, at_least: int | None = None) -> None:
         now = time.monotonic()
@@ -646,6 +672,10 @@ class RedisCache:
         """Remember the keys; they are evicted once the transaction commits (evicting sooner would let a
         read fill them again from rows the write has not committed yet)."""
         request_state().forgotten.extend(keys)
+
+    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+        # Another node may have written in between, unseen from here: only a read can tell.
+        self.forget(key)
 
     def after_commit(self) -> None:
         state = request_state()
@@ -824,6 +854,14 @@ def forget(*keys: CacheKey) -> None:
         if not isinstance(key, CacheKey):
             raise TypeError(f"forget() takes keys made by a cached read's .key(), not {key!r}")
     cache().forget(*keys)
+
+
+def patch(key: CacheKey, change: Callable[[Any], Any]) -> None:
+    """``forget(key)``, and where the cache can tell its entry is current, ``change(entry)`` in its place
+    (``change`` returns what a read would now, or None when it cannot tell)."""
+    if not isinstance(key, CacheKey):
+        raise TypeError(f"patch() takes a key made by a cached read's .key(), not {key!r}")
+    cache().patch(key, change)
 
 
 def init_app(app: Flask) -> None:

@@ -170,6 +170,18 @@ def newest_tweets_by(author_id: int) -> tuple[TweetRow, ...]:
     return _tweet_rows(BY_AUTHOR_NEWEST, BY_AUTHOR_OLDER, author_id, None)
 
 
+def newest_tweets_with(
+    page: tuple[TweetRow, ...], tweet_id: int, text: str, posted: datetime
+) -> tuple[TweetRow, ...] | None:
+    """An author's ``newest_tweets_by`` page once they posted a tweet, made from the page before it (ids grow,
+    so the new tweet comes first), or None where that cannot be told: an empty page does not name its author,
+    and a page that already holds the tweet was not the one before it."""
+    if not page or page[0].id >= tweet_id:
+        return None
+    newest = page[0]
+    return (TweetRow(tweet_id, newest.author_id, newest.author_name, text, posted), *page)[: page_size()]
+
+
 def timeline_of(user_id: int, before: int | None = None) -> tuple[TweetRow, ...]:
     """One's own tweets and those of whom one follows, newest first (minitwit's timeline)."""
     if before is None and current_app.config["TIMELINE_FROM_CACHED_PAGES"]:

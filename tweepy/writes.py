@@ -16,7 +16,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from . import queries, throttle
-from .cache import cache, forget
+from .cache import cache, forget, patch
 from .errors import Invalid, NotAllowed, NotFound, Taken
 from .extensions import db
 from .models import Follow, ThrottleEvent, Tweet, User, utcnow
@@ -25,7 +25,11 @@ from .models import Follow, ThrottleEvent, Tweet, User, utcnow
 # compiled form as it is, where a statement built per call, or on the mapped class (the ORM's
 # bulk path), costs several times the INSERT itself.
 TWEETS, FOLLOWS, USERS = Tweet.__table__, Follow.__table__, User.__table__
-NEW_TWEET = insert(TWEETS).values(author_id=bindparam("author_id"), text=bindparam("text")).returning(TWEETS.c.id)
+NEW_TWEET = (
+    insert(TWEETS)
+    .values(author_id=bindparam("author_id"), text=bindparam("text"))
+    .returning(TWEETS.c.id, TWEETS.c.posted)
+)
 NEW_FOLLOW = insert(FOLLOWS).values(follower_id=bindparam("follower_id"), followed_id=bindparam("followed_id"))
 GONE_FOLLOW = delete(FOLLOWS).where(
     FOLLOWS.c.follower_id == bindparam("follower_id"), FOLLOWS.c.followed_id == bindparam("followed_id")
@@ -96,8 +100,13 @@ def end_sessions(user_id: int) -> None:
 
 def post_tweet(author_id: int, text: str) -> int:
     with transaction():
-        tweet_id = db.session.scalar(NEW_TWEET, {"author_id": author_id, "text": text})
-        forget(queries.newest_tweets_by.key(author_id))
+        tweet_id, posted = db.session.execute(NEW_TWEET, {"author_id": author_id, "text": text}).one()
+        # The author's page is the new tweet before what it held: made here, where the cache can tell
+        # what it held is current, rather than read again from the database.
+        patch(
+            queries.newest_tweets_by.key(author_id),
+            lambda page: queries.newest_tweets_with(page, tweet_id, text, posted),
+        )
     return tweet_id
 
 
