@@ -12,7 +12,7 @@ from helpers.pages import csrf_token, errors, text_of
 from helpers.stored import PASSWORD, add_tweets, add_users, count
 
 from tweepy import passwords, queries
-from tweepy.models import ThrottleEvent, Tweet, User
+from tweepy.models import Follow, ThrottleEvent, Tweet, User
 
 ATTACKER = "203.0.113.9"
 
@@ -147,6 +147,19 @@ def test_the_csrf_token_changes_at_log_in_and_log_out(app, client):
     client.post("/logout/", data={"csrf_token": during})
     after = csrf_token(client.get("/"))
     assert len({before, during, after}) == 3
+
+
+@pytest.mark.parametrize(
+    "path, form",
+    [("/tweets/", {"tweet": "forged"}), ("/users/bob/follow", {"next": "/users/"}), ("/logout/", {})],
+    ids=["tweet", "follow", "log out"],
+)
+def test_a_form_without_a_token_field_of_its_own_is_still_refused_without_the_pages_token(app, path, form):
+    alice, _bob = sign_up(app, "alice"), sign_up(app, "bob")
+    assert alice.client.post(path, data=form).status_code == 400
+    assert alice.client.post(path, data={**form, "csrf_token": "forged"}).status_code == 400
+    assert count(app, Tweet) == 0 and count(app, Follow) == 0
+    assert alice.get("/tweets/").status_code == 200, "still logged in"
 
 
 def test_the_session_cookie_is_http_only_and_same_site_lax(app, alice):

@@ -1,4 +1,5 @@
-"""The forms, each with its rules; Flask-WTF adds and checks the CSRF token of all of them."""
+"""The forms, each with its rules. CSRFProtect checks the token of every POST before any view runs;
+the log-in and registration forms also carry Flask-WTF's own token field, which their pages show."""
 
 from __future__ import annotations
 
@@ -67,7 +68,17 @@ class RegisterForm(FlaskForm):
             raise ValidationError(f"At most {MAX_PASSWORD_BYTES} bytes (bcrypt ignores the rest).")
 
 
+class CheckedByCSRFProtect:
+    """For a form whose own CSRF field is never shown: its page carries the page's token (``csrf``), and
+    CSRFProtect has checked the token of every POST before any view runs. The field would only be signed
+    for nothing (a tenth of a millisecond a POST)."""
+
+    csrf = False
+
+
 class TweetForm(FlaskForm):
+    Meta = CheckedByCSRFProtect
+
     tweet = TextAreaField(
         "What's happening?",
         filters=[_strip],
@@ -80,6 +91,9 @@ class TweetForm(FlaskForm):
 
 
 class ActionForm(FlaskForm):
-    """A button that changes state (follow, delete, log out): a CSRF token and where to go next."""
+    """A button that changes state (follow, delete, log out): where to go next (its page's token is checked
+    by CSRFProtect)."""
+
+    Meta = CheckedByCSRFProtect
 
     next = HiddenField()

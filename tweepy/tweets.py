@@ -20,7 +20,7 @@ def blank_tweet_field() -> Markup:
     kept = current_app.extensions.setdefault("tweepy_blank_tweet_field", [])
     if not kept:
         macros = current_app.jinja_env.get_template("_macros.html").module
-        kept.append(Markup(macros.field(TweetForm(formdata=None, meta={"csrf": False}).tweet)))
+        kept.append(Markup(macros.field(TweetForm(formdata=None).tweet)))
     return kept[0]
 
 
