@@ -489,7 +489,8 @@ class LocalCache:
                 # Ids commit in order, so when this write's entries follow the last one replayed here, no
                 # one else's write lies between: every entry kept here held every write before this one.
                 alone = self.applied is not None and self.applied + 1 == first
-                changed = [(key, change(self.entries[key])) for key, change in patches if alone and key in self.entries]
+                entries = [(key, change, self.entries.get(key)) for key, change in patches] if alone else []
+                changed = [(key, change(entry)) for key, change, entry in entries if entry is not None]
                 self._evict(keys)
                 for key, value in changed:
                     if value is not None:
