@@ -50,6 +50,24 @@ def test_url_map_is_the_contract(app):
     assert {(path, frozenset(methods)) for path, methods in routes.items()} == CONTRACT
 
 
+def test_flask_asks_once_per_hook_or_view_whether_it_is_a_coroutine(app, alice, monkeypatch):
+    import flask.app
+
+    asked, real = [], flask.app.iscoroutinefunction
+    monkeypatch.setattr(flask.app, "iscoroutinefunction", lambda func: asked.append(func) or real(func))
+    app.sync_answers.clear()  # as in a new worker
+    for _ in range(3):
+        assert alice.get("/tweets/").status_code == 200
+    assert asked, "the first request asks"
+    assert len(asked) == len(set(asked)), "and none is asked again"
+
+    async def a_coroutine():
+        return "ok"
+
+    with pytest.raises(RuntimeError, match="async"):  # still told apart: Flask without its async extra refuses it
+        app.ensure_sync(a_coroutine)
+
+
 def test_healthz_says_ok_when_the_database_answers(client):
     response = client.get("/healthz")
     assert response.status_code == 200

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
@@ -16,9 +17,32 @@ from flask import Flask
 from . import cache, cli, config, db_tuning, fragments, passwords, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
+# Hooks, views and handlers whose answer to "is it a coroutine function?" is kept (there are a dozen).
+SYNC_ANSWERS_KEPT = 1000
+
+
+class Tweepy(Flask):
+    """Flask, asking once per hook or view whether it must be run as a coroutine, not on every call:
+    Flask asks ``inspect`` eight times a request, and the answer for a function never changes."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sync_answers: dict[Callable, Callable] = {}
+
+    def ensure_sync(self, func: Callable) -> Callable:
+        try:
+            return self.sync_answers[func]
+        except KeyError:
+            answer = super().ensure_sync(func)
+            if len(self.sync_answers) < SYNC_ANSWERS_KEPT:
+                self.sync_answers[func] = answer
+            return answer
+        except TypeError:  # a callable that cannot be a key: asked every time, as Flask does
+            return super().ensure_sync(func)
+
 
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
-    app = Flask(__name__, instance_path=config.read("INSTANCE_PATH", overrides) or None)
+    app = Tweepy(__name__, instance_path=config.read("INSTANCE_PATH", overrides) or None)
     # Owner-only: the instance folder holds the secret key and the SQLite database.
     os.makedirs(app.instance_path, mode=0o700, exist_ok=True)
     app.config.update(config.load(app.instance_path, overrides))
