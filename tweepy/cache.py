@@ -355,19 +355,28 @@ class LocalCache:
         # uWSGI threads or gevent greenlets share this object; syncs must not interleave.
         self.lock = threading.RLock()
 
+    def _reads_began(self) -> int:
+        """Evictions counted when this request's reads began (outside a request: now)."""
+        epoch = request_state().epoch
+        return self.evictions if epoch is None else epoch
+
+    def _none_evicted_since(self, epoch: int, keys: Iterable[str]) -> bool:
+        """Whether neither a clearing nor an eviction of any of ``keys`` came after ``epoch`` (with the lock held)."""
+        return self.evictions == epoch or (
+            self.cleared_at <= epoch and all(self.evicted_at.get(key, -1) <= epoch for key in keys)
+        )
+
     def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
         try:
             return self.entries[key]
         except KeyError:
             pass
-        epoch = request_state().epoch
-        if epoch is None:
-            epoch = self.evictions
+        epoch = self._reads_began()
         value = compute()
         if not keep(value):
             return value
         with self.lock:
-            if self.cleared_at <= epoch and self.evicted_at.get(key, -1) <= epoch:
+            if self._none_evicted_since(epoch, (key,)):
                 try:
                     self.entries[key] = value
                 except ValueError:
@@ -416,18 +425,14 @@ class LocalCache:
             kept = self.results.get(key)
         if kept is not None and now < kept[2]:
             return kept[1]
-        epoch = request_state().epoch
-        if epoch is None:
-            epoch = self.evictions
+        epoch = self._reads_began()
         value, keys = compute()
         keys = tuple(keys)
         if kept is not None and kept[1] == value:
             value = kept[1]
         with self.lock:
             # An entry evicted since the request's reads began may have been read before its write: not kept.
-            if self.evictions > epoch and (
-                self.cleared_at > epoch or any(self.evicted_at.get(k, -1) > epoch for k in keys)
-            ):
+            if not self._none_evicted_since(epoch, keys):
                 return value
             try:
                 self.results[key] = [keys, value, now + self.ttl]
