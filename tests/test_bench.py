@@ -409,6 +409,18 @@ def test_a_kept_stage_whose_runs_probe_is_lost_is_never_measured_against_this_ru
     assert "Run of 2026-11-21 08:00 UTC, 0ld0ld0: its bcrypt probe is not recorded" in text
 
 
+def test_rows_kept_from_a_run_on_another_machine_say_which_machine_it_was(tmp_path):
+    other = {**a_report()["machine"], "os": "Linux-older-kernel"}
+    kept = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "machine": other})
+    text = report.markdown(report.normalize(a_report(kept, a_stage()), results=tmp_path))
+    where = "the run of 2026-11-21 08:00 UTC, 0ld0ld0: AMD EPYC, 2 cores, Linux-older-kernel"
+    assert f"Rows from another machine: {where}." in text
+    same = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0"})
+    assert "Rows from another machine" not in report.markdown(
+        report.normalize(a_report(same, a_stage()), results=tmp_path)
+    )
+
+
 def test_a_readme_block_between_the_bench_markers_is_replaced_and_the_rest_kept(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# Stage\n\nText.\n")

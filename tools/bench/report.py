@@ -210,7 +210,30 @@ def header(report: dict) -> list[str]:
         f"This run: {report['date']}, commit {report['commit']}, made by `{made_by(report)}`; "
         "every row names its own run.",
         *([REJUDGED] if any(r["search"].get("rejudged") for r in report["stages"]) else []),
+        *other_machines(report),
         *network_lines(report),
+    ]
+
+
+def machine_of(m: dict) -> str:
+    return f"{m['cpu']}, {m['cores']} cores, {m['os']}"
+
+
+def other_machines(report: dict) -> list[str]:
+    """Which rows, kept from earlier runs, ran on a machine other than this run's: their milliseconds and
+    QPS then differ with the host as well as the code, so they compare with this run's only as ratios."""
+    here = machine_of(report["machine"])
+    elsewhere = {}
+    for r in report["stages"]:
+        machine = (r.get("run") or {}).get("machine")
+        if machine and machine_of(machine) != here:
+            elsewhere.setdefault(run_label(r), machine_of(machine))
+    if not elsewhere:
+        return []
+    runs = "; ".join(f"the run of {label}: {machine}" for label, machine in elsewhere.items())
+    return [
+        f"Rows from another machine: {runs}. Compare those with this run's rows as ratios within each run "
+        "(the generator's CPU a request changes only with the host), not figure against figure."
     ]
 
 
