@@ -415,6 +415,8 @@ def test_rows_kept_from_a_run_on_another_machine_say_which_machine_it_was(tmp_pa
     text = report.markdown(report.normalize(a_report(kept, a_stage()), results=tmp_path))
     where = "the run of 2026-11-21 08:00 UTC, 0ld0ld0: AMD EPYC, 2 cores, Linux-older-kernel"
     assert f"Rows from another machine: {where}." in text
+    readme = report.stage_figures(report.normalize(a_report(kept, a_stage()), results=tmp_path), a_stage(), "link")
+    assert f"Rows from another machine: {where}." in readme, "the stage before it, in the step's own table"
     same = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0"})
     assert "Rows from another machine" not in report.markdown(
         report.normalize(a_report(same, a_stage()), results=tmp_path)

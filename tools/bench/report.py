@@ -210,7 +210,7 @@ def header(report: dict) -> list[str]:
         f"This run: {report['date']}, commit {report['commit']}, made by `{made_by(report)}`; "
         "every row names its own run.",
         *([REJUDGED] if any(r["search"].get("rejudged") for r in report["stages"]) else []),
-        *other_machines(report),
+        *other_machines(report["stages"], report["machine"]),
         *network_lines(report),
     ]
 
@@ -219,20 +219,19 @@ def machine_of(m: dict) -> str:
     return f"{m['cpu']}, {m['cores']} cores, {m['os']}"
 
 
-def other_machines(report: dict) -> list[str]:
-    """Which rows, kept from earlier runs, ran on a machine other than this run's: their milliseconds and
-    QPS then differ with the host as well as the code, so they compare with this run's only as ratios."""
-    here = machine_of(report["machine"])
+def other_machines(rows: list[dict], here: dict) -> list[str]:
+    """Which of these rows, kept from earlier runs, ran on a machine other than ``here``: their milliseconds
+    and QPS then differ with the host as well as the code, so they compare with the rest only as ratios."""
     elsewhere = {}
-    for r in report["stages"]:
+    for r in rows:
         machine = (r.get("run") or {}).get("machine")
-        if machine and machine_of(machine) != here:
+        if machine and machine_of(machine) != machine_of(here):
             elsewhere.setdefault(run_label(r), machine_of(machine))
     if not elsewhere:
         return []
     runs = "; ".join(f"the run of {label}: {machine}" for label, machine in elsewhere.items())
     return [
-        f"Rows from another machine: {runs}. Compare those with this run's rows as ratios within each run "
+        f"Rows from another machine: {runs}. Compare those with the other rows as ratios within each run "
         "(the generator's CPU a request changes only with the host), not figure against figure."
     ]
 
@@ -733,7 +732,8 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
     )
     if result.get("part"):
         return text
-    return text + "\n" + "\n".join(beside_table(report, result)) + "\n\n" + BESIDE_NOTE + "\n"
+    elsewhere = other_machines(neighbours(report, result), m)
+    return text + "\n" + "\n".join(beside_table(report, result)) + "\n\n" + " ".join([BESIDE_NOTE, *elsewhere]) + "\n"
 
 
 BESIDE_NOTE = (
