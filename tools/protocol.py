@@ -100,7 +100,7 @@ SETTINGS: tuple[Setting, ...] = (
         "TWEEPY_BENCH_RAMP_LIMIT", 600.0, "Seconds a step may take to log its users in; past it, the step misses", 1
     ),
     Setting(
-        "TWEEPY_BENCH_SPAWN_RATE", 5.0, "New users a second in a ramp (the bench sets 0.15 of the hashing rate)", 0.1
+        "TWEEPY_BENCH_SPAWN_RATE", 5.0, "New users a second in a ramp (the bench sets a share of the hashing rate)", 0.1
     ),
     Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the best step's (0: no overload step)", 0),
     Setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS", 2400, "The overload step never runs more users than this", 1),

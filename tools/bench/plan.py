@@ -95,8 +95,8 @@ def make_plan(stage_numbers: list[int], quick: bool, environ: Mapping[str, str])
 
 
 def spawn_rate(plan: Plan, hashes_per_s: float) -> float:
-    """New users a second in a ramp: a share of what the machine can hash, so first logins do not queue.
-    Quick runs take a smaller share: they run beside whatever else the machine is doing."""
+    """New users a second in a ramp: a share of what the machine can hash (``Plan.spawn_share``), so first
+    logins do not queue; quick runs, with their tiny data and short steps, take a larger one."""
     return max(1.0, round(plan.spawn_share * hashes_per_s, 1))
 
 

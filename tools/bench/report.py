@@ -222,10 +222,10 @@ def machine_of(m: dict) -> str:
 def other_machines(rows: list[dict], here: dict) -> list[str]:
     """Which of these rows, kept from earlier runs, ran on a machine other than ``here``: their milliseconds
     and QPS then differ with the host as well as the code, so they compare with the rest only as ratios."""
-    elsewhere = {}
+    here, elsewhere = machine_of(here), {}
     for r in rows:
         machine = (r.get("run") or {}).get("machine")
-        if machine and machine_of(machine) != machine_of(here):
+        if machine and machine_of(machine) != here:
             elsewhere.setdefault(run_label(r), machine_of(machine))
     if not elsewhere:
         return []
