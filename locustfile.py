@@ -10,7 +10,8 @@ followed by locust itself, so one locust request is one server request;
 each one's status is checked (200 for a page, 303 where the URL contract redirects) and
 anything else is a failure with a short, stable message (so the error table groups them).
 
-A person whose login failed (a 503 from a busy site, say) logs in again before anything else.
+A person whose login failed (a 503 from a busy site, say) logs in again before anything else,
+after the wait the answer's Retry-After asked for, as a person told "try again in a few seconds" does.
 Requests made by each task, with the stats name in brackets where it differs from the path:
 
     on start (once per user)   GET / -> 200 (the login form), POST / [/ [first login]] -> 303 to /tweets/,
@@ -52,6 +53,7 @@ import itertools
 import math
 import random
 import re
+import time
 import uuid
 from urllib.parse import urlsplit
 
@@ -101,6 +103,14 @@ def explain(status: int, location: str | None = None, page: str = "", error: Bas
     return f"{status}"
 
 
+def retry_after_s(value: str | None) -> float:
+    """The seconds a Retry-After header asks for (its delay form; a date or nonsense: none)."""
+    try:
+        return max(0.0, float(value)) if value else 0.0
+    except ValueError:
+        return 0.0
+
+
 # --- The protocol -----------------------------------------------------------------------------
 
 
@@ -126,6 +136,7 @@ class Visitor(FastHttpUser):
 
     def on_start(self) -> None:
         self.token: str | None = None  # the CSRF token of the last page fetched
+        self.retry_at = 0.0  # when a busy site asked to be tried again (time.monotonic())
         self.logged_in = False
         self.followed: set[str] = set()
         self.seed_index: int | None = next_seed_account(getattr(self.environment.runner, "worker_index", 0))
@@ -157,6 +168,8 @@ class Visitor(FastHttpUser):
         data = {"csrf_token": self.token or "", **fields}
         with self.client.post(path, data=data, name=name, allow_redirects=False, catch_response=True) as response:
             location = response.headers.get("Location") if response.headers else None
+            if response.status_code in (429, 503) and response.headers:
+                self.retry_at = time.monotonic() + retry_after_s(response.headers.get("Retry-After"))
             if response.status_code != 303:
                 response.failure(f"expected 303, got {self._explain(response)}")
                 return None
@@ -176,6 +189,7 @@ class Visitor(FastHttpUser):
     # The steps of the tasks.
 
     def log_in(self, name: str | None = None) -> None:
+        gevent.sleep(max(0.0, self.retry_at - time.monotonic()))  # as long as a refusal asked
         if not self._page("/"):
             return
         fields = {"name": self.name, "password": self.password, "next": ""}

@@ -261,6 +261,13 @@ def test_users_think_between_half_a_second_and_a_second_and_a_half(protocol):
     assert all(0.5 <= wait <= 1.5 for wait in waits)
 
 
+def test_a_visitor_waits_as_long_as_a_refusals_retry_after_asks(protocol):
+    assert protocol.retry_after_s("7") == 7.0
+    assert protocol.retry_after_s(None) == 0.0
+    assert protocol.retry_after_s("Wed, 21 Oct 2026 07:28:00 GMT") == 0.0  # the date form: no wait
+    assert protocol.retry_after_s("-3") == 0.0
+
+
 def test_unexpected_answers_are_explained_without_per_user_details(protocol):
     assert protocol.explain(302, "http://127.0.0.1:5000/?next=%2Ftweets%2F") == "302 redirect to /"
     assert protocol.explain(400, None, "<h1>400 · Form expired</h1>") == "400 CSRF token rejected"
