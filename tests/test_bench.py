@@ -5,9 +5,11 @@ no speed: that is what `make bench` is for."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -494,18 +496,37 @@ def test_a_variant_names_real_settings_and_is_measured_into_a_folder_of_its_own(
 # --- make bench QUICK=1, end to end ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
+def quick_bench(out: Path, *arguments: str, **settings: str) -> tuple[Path, dict, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "tools.bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "tools.bench", "--quick", "--out", str(out), *arguments],
         cwd=stages.ROOT,
+        env={**os.environ, **settings},
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, json.loads((out / "results.json").read_text()), done.stdout
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    # The cold start and the herd are run once, below, on the default stage: every stage's would double the time.
+    return quick_bench(tmp_path_factory.mktemp("bench"), TWEEPY_BENCH_COLD_WINDOWS="0")
+
+
+@pytest.mark.integration
+def test_quick_bench_starts_the_stage_afresh_for_a_cold_start_and_a_herd(tmp_path):
+    _, found, stdout = quick_bench(tmp_path, "--stages", "6")
+    (result,) = found["stages"]
+    cold = result["cold_start"]
+    assert cold["state"] == "complete" and cold["users"] == result["best"]["users"]
+    assert cold["ramp"]["by_request"][FIRST_LOGIN_KEY]["requests"] == cold["users"], "every visitor logged in anew"
+    assert len(cold["windows"]) == 1 and cold["windows"][0]["tasks_per_s"] > 0
+    assert cold["herd"]["users"] == 2 * cold["users"] and cold["recovery"]
+    assert "goodput_pct_of_capacity" in cold["herd_figures"]
+    assert f"| 6 vertical | {cold['users']} | " in (tmp_path / "RESULTS.md").read_text()
+    assert "stage 6 vertical: cold start at" in stdout
 
 
 def windows_of(result: dict) -> list[dict]:

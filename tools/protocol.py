@@ -63,6 +63,8 @@ REQUEST_TYPES = tuple(dict.fromkeys([*ON_START, *(r for t in TASKS for r in t.re
 TASKS_PER_CYCLE = sum(t.weight for t in TASKS)  # 238
 REQUESTS_PER_CYCLE = sum(t.weight * len(t.requests) for t in TASKS)  # 247
 HASHES_PER_CYCLE = sum(t.weight * sum(r in HASHING for r in t.requests) for t in TASKS)  # 3
+# The request that completes each task (and a visitor's start): what a person came for, got.
+TASK_ENDS = frozenset(t.requests[-1] for t in TASKS) | {ON_START[-1]}
 
 
 # --- Settings -------------------------------------------------------------------------------------
@@ -104,6 +106,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the best step's (0: no overload step)", 0),
     Setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS", 2400, "The overload step never runs more users than this", 1),
+    Setting(
+        "TWEEPY_BENCH_COLD_RATE", 5.0, "Users arriving a second in the cold start (a fresh stage, empty caches)", 0.1
+    ),
+    Setting("TWEEPY_BENCH_COLD_USERS", 100, "Users of the cold start (the bench sets the capacity step's)", 1),
+    Setting(
+        "TWEEPY_BENCH_COLD_WINDOWS", 3, "Windows measured at the cold start's users; the figure is their median", 1
+    ),
+    Setting("TWEEPY_BENCH_HERD", 2.0, "Users of the herd that follows the cold start, times its users, all at once", 1),
+    Setting(
+        "TWEEPY_BENCH_RECOVERY_WINDOW", 10.0, "Seconds of each window judged after the herd, until one meets the bar", 1
+    ),
+    Setting(
+        "TWEEPY_BENCH_RECOVERY_LIMIT", 120.0, "Seconds after the herd past which the stage is said not to recover", 1
+    ),
     Setting("TWEEPY_BENCH_CEILING_USERS", 50, "Users asking for /healthz with no think time, for the stack ceiling", 1),
     Setting(
         "TWEEPY_BENCH_NETWORK_DELAY_MS",
@@ -228,6 +244,12 @@ def verdict(by_type: Iterable[RequestStats], total: RequestStats, rps: float, ba
     if missed:
         return False, f"BAR MISSED: {line}: {'; '.join(missed)}"
     return True, f"BAR MET: {line}"
+
+
+def completed_tasks(by_type: Iterable[RequestStats]) -> int:
+    """Protocol tasks that got through: each ends with one request of ``TASK_ENDS`` answered as expected,
+    so a refused login's retries (the login form fetched again, the login refused) count for nothing."""
+    return sum(t.requests - t.failures for t in by_type if t.name in TASK_ENDS)
 
 
 def hashes_done(by_type: Iterable[RequestStats]) -> int:

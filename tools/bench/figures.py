@@ -11,6 +11,7 @@ from tools.protocol import (
     REQUESTS_PER_CYCLE,
     Bar,
     RequestStats,
+    completed_tasks,
     hashes_done,
     misses,
     slowest,
@@ -79,6 +80,59 @@ def window_figures(
         "generator_cpu_cores": round(generator_cpu_s / seconds, 2) if seconds else 0.0,
         "generator_cpu_ms_per_request": round(1000 * generator_cpu_s / requests, 3) if requests else None,
         "generator_cpu_share": round(generator_cpu_s / seconds / cores, 3) if seconds else 0.0,
+    }
+
+
+def judged_window(
+    by_type: list[RequestStats],
+    total: RequestStats,
+    seconds: float,
+    server_cpu_s: float,
+    generator_cpu_s: float,
+    cores: int,
+    bar: Bar,
+) -> dict:
+    """A window's figures (``window_figures``) and the protocol tasks completed a second in it."""
+    figures = window_figures(by_type, total, seconds, server_cpu_s, generator_cpu_s, cores, bar)
+    figures["tasks_per_s"] = round(completed_tasks(by_type) / seconds, 1) if seconds else 0.0
+    return figures
+
+
+def median_and_spread(values: list[float]) -> dict:
+    """The median of some windows' figure, with the smallest and largest."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"median": round(median, 2), "min": ordered[0], "max": ordered[-1]} if ordered else {}
+
+
+def cold_summary(windows: list[dict]) -> dict:
+    """The cold start's figures: medians of its windows, with their spread, and how many met the bar."""
+    types = sorted({name for w in windows for name in w["by_request"]})
+    return {
+        "windows": len(windows),
+        "windows_met": sum(1 for w in windows if w["met"]),
+        "met": bool(windows) and all(w["met"] for w in windows),
+        "rps": median_and_spread([w["rps"] for w in windows]),
+        "tasks_per_s": median_and_spread([w["tasks_per_s"] for w in windows]),
+        "failures": sum(w["failures"] for w in windows),
+        "server_cpu_ms_per_request": median_and_spread([w["server_cpu_ms_per_request"] or 0 for w in windows]),
+        "p95_ms": {
+            name: median_and_spread([w["by_request"][name]["p95_ms"] for w in windows if name in w["by_request"]])
+            for name in types
+        },
+    }
+
+
+def herd_figures(windows: list[dict], herd: dict | None, recovery: list[dict]) -> dict:
+    """The herd's goodput in completed tasks against the cold start's, and when the bar was met again."""
+    capacity = median_and_spread([w["tasks_per_s"] for w in windows]).get("median", 0)
+    back = next((w["ended_s_after_return"] for w in recovery if w["met"]), None)
+    return {
+        "tasks_per_s": herd["tasks_per_s"] if herd else None,
+        "goodput_pct_of_capacity": round(100 * herd["tasks_per_s"] / capacity, 1) if herd and capacity else None,
+        "failures": herd["failures"] if herd else None,
+        "recovered_after_s": back,
     }
 
 

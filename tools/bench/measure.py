@@ -20,7 +20,15 @@ from sqlalchemy.engine import make_url
 
 from tools import netdelay, services, stages
 from tools.bench.figures import protocol_qps_bound
-from tools.bench.plan import Plan, locust_command, search_time_limit, shape_environment, spawn_rate
+from tools.bench.plan import (
+    Plan,
+    cold_environment,
+    cold_time_limit,
+    locust_command,
+    search_time_limit,
+    shape_environment,
+    spawn_rate,
+)
 from tools.bench.procfs import cpu_seconds, process_tree
 from tools.protocol import SEED_PASSWORD
 from tweepy import passwords
@@ -278,6 +286,47 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict
     return search_outcome(out, process.returncode, running.alive(), log_path.name)
 
 
+def measure_cold_start(plan: Plan, running: stages.Running, raw: Path, users: int) -> dict:
+    """The cold start and the herd (``tools/bench/cold_shape.py``) on a stage just started."""
+    slug = running.stage.slug
+    out = raw / f"stage{slug}-cold.json"
+    out.unlink(missing_ok=True)
+    servers = [pid for pids in tiers_of(running).values() for pid in pids]
+    env = {**os.environ, **cold_environment(plan, out, servers, users)}
+    files = "locustfile.py,tools/bench/cold_shape.py"
+    command = locust_command(plan, files, running.url, raw / f"stage{slug}-cold", None, cold_time_limit(plan))
+    with open(raw / f"stage{slug}-cold-locust.log", "wb") as log:
+        try:
+            subprocess.run(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=cold_time_limit(plan) + 60
+            )
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        data = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return {"state": "crashed", "users": users}
+    return {**data, "state": "complete" if data.get("state") == "done" else "cut short"}
+
+
+def cold_line(label: str, cold: dict) -> str:
+    """One line of what the cold start and the herd showed."""
+    summary, herd = cold.get("cold"), cold.get("herd_figures")
+    if not summary:
+        return f"  stage {label}: cold start {cold.get('state')}: no window measured"
+    line = (
+        f"  stage {label}: cold start at {cold['users']} users: {summary['windows_met']}/{summary['windows']} windows "
+        f"met the bar, {summary['rps']['median']} QPS ({summary['rps']['min']}-{summary['rps']['max']})"
+    )
+    if herd:
+        back = herd["recovered_after_s"]
+        line += (
+            f"; herd of {cold['herd']['users']}: {herd['goodput_pct_of_capacity']}% of the tasks, "
+            f"back under the bar {'after ' + str(back) + ' s' if back is not None else 'never, in the time given'}"
+        )
+    return line
+
+
 def search_outcome(out: Path, exit_code: int | None, servers_alive: bool, log_name: str) -> dict:
     """The shape's results, and what kept the search from its end when something did."""
     try:
@@ -318,9 +367,10 @@ def progress_line(label: str, out: Path) -> str | None:
 # --- one stage -------------------------------------------------------------------------------------------
 
 
-def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound: dict) -> dict:
-    label = stage.label
-    say(f"stage {label}: fresh database, starting the servers")
+@contextlib.contextmanager
+def served(plan: Plan, stage: stages.Stage, master: Path):
+    """The stage started afresh, as ``make run`` would, on a fresh copy of the bench's data and empty
+    caches: yields its ``Running`` and, with ``TWEEPY_BENCH_NETWORK_DELAY_MS``, its relays' figures."""
     seed = None
     if stage.app_setting("DATABASE_URL").startswith("postgresql"):
         # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
@@ -345,8 +395,18 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
             # Seeded directly (COPY through a relay would only be slower), then served through the relays.
             stages.prepare_database(stage, stages.stage_env(stage, 0, env), seed)
             seed, network = None, delay_relays(plan.network_delay_ms, stage, env, relays)
-            say(f"  stage {label}: PostgreSQL and Redis through relays, {network['round_trip_ms']} ms a round trip")
+            trip = network["round_trip_ms"]
+            say(f"  stage {stage.label}: PostgreSQL and Redis through relays, {trip} ms a round trip")
         running = relays.enter_context(stages.start(stage, port=stages.free_port(), var=var, env=env, seed=seed))
+        yield running, network
+        if network:
+            network["relay_cpu_s"] = round(cpu_seconds(network.pop("pids")), 1)
+
+
+def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound: dict) -> dict:
+    label = stage.label
+    say(f"stage {label}: fresh database, starting the servers")
+    with served(plan, stage, master) as (running, network):
         ceiling = measure_ceiling(plan, running, raw)
         bound_text = f" (a lower bound: {ceiling['why']})" if ceiling["lower_bound"] else ""
         say(
@@ -354,8 +414,6 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
             f"(GET /healthz, {plan.ceiling_users} users, no think time)"
         )
         searched = measure_capacity(plan, running, raw, bound)
-        if network:
-            network["relay_cpu_s"] = round(cpu_seconds(network.pop("pids")), 1)
     steps = searched["steps"]
     best = max((s for s in steps if s.get("met_bar")), key=lambda s: s["users"], default=None)
     result = {
@@ -380,6 +438,11 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
         )
     else:
         say(f"  stage {label}: no step met the bar")
+    if best and plan.cold_windows:
+        say(f"  stage {label}: started afresh for the cold start: {best['users']} users at {plan.cold_rate:g} a second")
+        with served(plan, stage, master) as (running, _):
+            result["cold_start"] = measure_cold_start(plan, running, raw, best["users"])
+        say(cold_line(label, result["cold_start"]))
     if searched["overload"]:
         o = searched["overload"]
         say(

@@ -30,6 +30,11 @@ class Plan:
     bcrypt_cost: int = 12
     bcrypt_probe_s: float = 5
     spawn_share: float = 0.15  # of the machine's hashing rate, for first logins in a ramp
+    cold_rate: float = DEFAULTS["TWEEPY_BENCH_COLD_RATE"]
+    cold_windows: int = DEFAULTS["TWEEPY_BENCH_COLD_WINDOWS"]  # 0: no cold start nor herd
+    herd: float = DEFAULTS["TWEEPY_BENCH_HERD"]
+    recovery_window_s: float = DEFAULTS["TWEEPY_BENCH_RECOVERY_WINDOW"]
+    recovery_limit_s: float = DEFAULTS["TWEEPY_BENCH_RECOVERY_LIMIT"]
     locust_processes: int = DEFAULTS["LOCUST_PROCESSES"]
     bar: Bar = field(default_factory=Bar)
     quick: bool = False
@@ -56,6 +61,9 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         ceiling_s=4,
         ceiling_users=10,
         spawn_share=0.25,
+        cold_windows=1,
+        recovery_window_s=4,
+        recovery_limit_s=12,
         bcrypt_probe_s=1,
         quick=True,
     )
@@ -69,6 +77,11 @@ ATTRIBUTES = {
     "TWEEPY_BENCH_OVERLOAD": "overload",
     "TWEEPY_BENCH_OVERLOAD_MAX_USERS": "overload_max_users",
     "TWEEPY_BENCH_CEILING_USERS": "ceiling_users",
+    "TWEEPY_BENCH_COLD_RATE": "cold_rate",
+    "TWEEPY_BENCH_COLD_WINDOWS": "cold_windows",
+    "TWEEPY_BENCH_HERD": "herd",
+    "TWEEPY_BENCH_RECOVERY_WINDOW": "recovery_window_s",
+    "TWEEPY_BENCH_RECOVERY_LIMIT": "recovery_limit_s",
     "TWEEPY_BENCH_NETWORK_DELAY_MS": "network_delay_ms",
     "LOCUST_PROCESSES": "locust_processes",
     "TWEEPY_BENCH_USERS": "users",
@@ -135,6 +148,31 @@ def shape_environment(plan: Plan, out, server_pids: list[int], rate: float) -> d
         "TWEEPY_BAR_FAILURES": str(plan.bar.max_failures),
         "TWEEPY_BAR_MIN_REQUESTS": str(plan.bar.min_requests),
     }
+
+
+def cold_environment(plan: Plan, out, server_pids: list[int], users: int) -> dict[str, str]:
+    """The settings the cold start's shape (``tools/bench/cold_shape.py``) reads inside locust."""
+    return {
+        "TWEEPY_SEED_USERS": str(plan.users),
+        "TWEEPY_BENCH_COLD_USERS": str(users),
+        "TWEEPY_BENCH_COLD_RATE": str(plan.cold_rate),
+        "TWEEPY_BENCH_COLD_WINDOWS": str(plan.cold_windows),
+        "TWEEPY_BENCH_WINDOW": str(plan.window_s),
+        "TWEEPY_BENCH_HERD": str(plan.herd),
+        "TWEEPY_BENCH_RECOVERY_WINDOW": str(plan.recovery_window_s),
+        "TWEEPY_BENCH_RECOVERY_LIMIT": str(plan.recovery_limit_s),
+        "TWEEPY_BENCH_RAMP_LIMIT": str(plan.ramp_limit_s),
+        "TWEEPY_BENCH_OUT": str(out),
+        "TWEEPY_BENCH_SERVER_PIDS": " ".join(map(str, server_pids)),
+        "TWEEPY_BAR_P95_MS": str(plan.bar.max_p95_ms),
+        "TWEEPY_BAR_FAILURES": str(plan.bar.max_failures),
+        "TWEEPY_BAR_MIN_REQUESTS": str(plan.bar.min_requests),
+    }
+
+
+def cold_time_limit(plan: Plan) -> float:
+    """How long locust may run the cold start and the herd before they are cut short."""
+    return plan.ramp_limit_s + (plan.cold_windows + 1) * plan.window_s + plan.recovery_limit_s + 120
 
 
 def command_of(plan: Mapping, every_stage: list[int]) -> str:

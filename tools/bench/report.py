@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from tools import stages
+from tools.bench.cold_report import cold_start_table
 from tools.bench.figures import (
     PROJECTED_CORES,
     cpu_ms_per_hash,
@@ -507,6 +508,7 @@ def summary(report: dict, chart_link: str) -> list[str]:
         "whether the server keeps serving or collapses.",
         "",
         *overload_table(report),
+        *([""] + cold if (cold := cold_start_table(report)) else []),
         *tier_table(report),
         *bound_tables(report),
         "",

@@ -1,0 +1,137 @@
+"""The bench's cold start and herd: the shape driven by made-up statistics and a made-up clock, the
+figures it keeps (medians with their spread, goodput in completed tasks, the way back under the bar),
+and the report's table of them."""
+
+from __future__ import annotations
+
+import pytest
+from test_locustfile import FakeRunner, log_in, protocol, serve  # noqa: F401 (fixtures and fakes)
+
+from tools import protocol as shared
+from tools.bench import cold_report, figures
+
+
+@pytest.fixture
+def cold(protocol, tmp_path, monkeypatch):  # noqa: F811
+    """A ColdStartAndHerd of 10 users at 5 a second, two 30 s windows, a herd of 20, 10 s recovery windows."""
+    from tools.bench import cold_shape
+
+    for name, value in [
+        ("TWEEPY_BENCH_COLD_USERS", "10"),
+        ("TWEEPY_BENCH_COLD_RATE", "5"),
+        ("TWEEPY_BENCH_COLD_WINDOWS", "2"),
+        ("TWEEPY_BENCH_WINDOW", "30"),
+        ("TWEEPY_BENCH_HERD", "2"),
+        ("TWEEPY_BENCH_RECOVERY_WINDOW", "10"),
+        ("TWEEPY_BENCH_RECOVERY_LIMIT", "30"),
+        ("TWEEPY_BENCH_OUT", str(tmp_path / "cold.json")),
+    ]:
+        monkeypatch.setenv(name, value)
+    clock = [1000.0]
+    monkeypatch.setattr(cold_shape.time, "monotonic", lambda: clock[0])
+    shape = cold_shape.ColdStartAndHerd()
+    shape.runner = FakeRunner()
+
+    def later(seconds):
+        clock[0] += seconds
+        return shape.tick()
+
+    return shape, later
+
+
+def test_users_arrive_at_the_cold_rate_then_the_herd_all_at_once_then_back_to_the_users(cold):
+    shape, later = cold
+    assert later(0) == (10, 5.0)
+    log_in(shape, 10)
+    later(1)
+    for _ in range(2):
+        serve(shape, 300)
+        assert later(30) in ((10, 5.0), (20, 20))
+    assert shape.phase == "herd" and later(1) == (20, 20), "twice the users, all spawned at once"
+    serve(shape, 500, failures=50)
+    later(30)
+    assert shape.phase == "recovery" and later(0) == (10, 5.0)
+
+
+def test_the_herd_is_over_when_a_window_after_it_meets_the_bar_and_says_how_long_that_took(cold):
+    shape, later = cold
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)  # 10 completed tasks a second
+    later(30)
+    serve(shape, 300)
+    later(30)
+    serve(shape, 270, failures=30, p95=3000)  # the herd: 8 tasks a second got through
+    later(30)
+    serve(shape, 100, failures=1)  # still refusing
+    later(10)
+    serve(shape, 100)
+    later(10)
+    assert shape.state == "done" and later(1) is None
+    herd = shape.result["herd_figures"]
+    assert herd["goodput_pct_of_capacity"] == 80.0
+    assert herd["recovered_after_s"] == 20.0
+    assert shape.result["cold"]["windows_met"] == 2 and shape.result["cold"]["met"]
+
+
+def test_a_stage_that_never_meets_the_bar_after_the_herd_is_said_not_to_recover(cold):
+    shape, later = cold
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    for _ in range(3):
+        serve(shape, 300)
+        later(30)
+    for _ in range(3):
+        serve(shape, 100, failures=5)
+        later(10)
+    assert shape.state == "done"
+    assert shape.result["herd_figures"]["recovered_after_s"] is None
+
+
+def test_only_the_request_that_completes_a_task_counts_as_a_completed_task():
+    by_type = [
+        shared.RequestStats("GET /", 50),  # the login form fetched again by someone refused: nothing done
+        shared.RequestStats("POST /", 50, failures=40),
+        shared.RequestStats("GET /tweets/", 100, failures=2),
+        shared.RequestStats("POST /users/[name]/follow", 5),
+    ]
+    assert shared.completed_tasks(by_type) == 103
+
+
+def test_medians_come_with_their_spread():
+    assert figures.median_and_spread([3, 1, 2]) == {"median": 2, "min": 1, "max": 3}
+    assert figures.median_and_spread([4, 1, 2, 3]) == {"median": 2.5, "min": 1, "max": 4}
+
+
+def window(rps, met=True, login_p95=900, tasks=None):
+    return {
+        "rps": rps,
+        "met": met,
+        "failures": 0 if met else 3,
+        "tasks_per_s": tasks if tasks is not None else rps * 0.95,
+        "server_cpu_ms_per_request": 3.0,
+        "by_request": {"POST /": {"p95_ms": login_p95}, "GET /tweets/": {"p95_ms": 40}},
+    }
+
+
+def test_a_cold_start_meets_the_bar_only_if_every_window_did():
+    summary = figures.cold_summary([window(300), window(310, met=False, login_p95=2500), window(305)])
+    assert not summary["met"] and summary["windows_met"] == 2
+    assert summary["rps"] == {"median": 305, "min": 300, "max": 310}
+    assert summary["p95_ms"]["POST /"]["median"] == 900
+
+
+def test_the_report_shows_each_cold_start_beside_its_herd():
+    cold = {
+        "users": 300,
+        "cold": figures.cold_summary([window(300), window(310), window(305)]),
+        "herd": {"users": 600},
+        "herd_figures": {"goodput_pct_of_capacity": 93.5, "recovered_after_s": None},
+    }
+    report = {"plan": {"cold_rate": 5.0}, "stages": [{"stage": 6, "name": "vertical", "cold_start": cold}]}
+    row = cold_report.cold_start_table(report)[-1]
+    assert row.startswith("| 6 vertical | 300 | 3/3 | 305 (300-310) | 900 |")
+    assert row.endswith("| 600 | 93.5% | not within the limit |")
+    assert cold_report.cold_start_table({"plan": {}, "stages": [{"stage": 6}]}) == []

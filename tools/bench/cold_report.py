@@ -1,0 +1,52 @@
+"""The cold start and herd table of a bench report: each stage started afresh at its capacity step's
+users, arriving briskly, then a herd and the way back (``tools/bench/cold_shape.py`` measures it)."""
+
+from __future__ import annotations
+
+from tools.protocol import HASHING, LOG_IN, REGISTER
+
+
+def _p95(summary: dict, name: str) -> str:
+    figure = summary["p95_ms"].get(name)
+    return "—" if not figure else f"{figure['median']:.0f}"
+
+
+def _pages_p95(summary: dict) -> str:
+    pages = [f["median"] for name, f in summary["p95_ms"].items() if name not in HASHING and f]
+    return f"{max(pages):.0f}" if pages else "—"
+
+
+def cold_start_table(report: dict) -> list[str]:
+    """One row a stage: the cold start's windows (medians, with the spread of QPS), then the herd."""
+    measured = [r for r in report["stages"] if r.get("cold_start")]
+    if not measured:
+        return []
+    rate = report["plan"].get("cold_rate", 5.0)
+    lines = [
+        f"Cold start: each stage started afresh (empty caches) and its capacity step's users arriving at "
+        f"{rate:g} a second; once all have logged in, windows judged by the bar (medians, QPS with its spread). "
+        "Then a herd: twice those users at once for a window, its goodput in completed tasks (a page read, "
+        "a post, a follow, a login that got through) against the cold windows', and how long after the load "
+        "came back to the capacity step's users a window met the bar again.",
+        "",
+        "| stage | users | windows met | QPS | log in p95 ms | register p95 ms | slowest page p95 ms | failures "
+        "| herd: users | tasks, % of capacity | back under the bar |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in measured:
+        cold = r["cold_start"]
+        summary, herd = cold.get("cold"), cold.get("herd_figures") or {}
+        if not summary:
+            lines.append(f"| {r['stage']} {r['name']} | {cold.get('users')} | {cold.get('state')} | | | | | | | | |")
+            continue
+        qps = summary["rps"]
+        back = herd.get("recovered_after_s")
+        back_cell = "—" if not herd else ("not within the limit" if back is None else f"{back:g} s")
+        pct = herd.get("goodput_pct_of_capacity")
+        lines.append(
+            f"| {r['stage']} {r['name']} | {cold['users']} | {summary['windows_met']}/{summary['windows']} "
+            f"| {qps['median']:g} ({qps['min']:g}-{qps['max']:g}) | {_p95(summary, LOG_IN)} "
+            f"| {_p95(summary, REGISTER)} | {_pages_p95(summary)} | {summary['failures']} "
+            f"| {(cold.get('herd') or {}).get('users', '—')} | {'—' if pct is None else f'{pct}%'} | {back_cell} |"
+        )
+    return lines

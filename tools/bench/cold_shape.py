@@ -1,0 +1,133 @@
+"""The cold start and the herd of ``make bench``, loaded beside the protocol on a freshly started stage:
+
+    locust -f locustfile.py,tools/bench/cold_shape.py --headless -H URL
+
+1. **Cold start**: ``TWEEPY_BENCH_COLD_USERS`` users arrive at ``TWEEPY_BENCH_COLD_RATE`` a second on
+   empty caches; once every one has logged in, ``TWEEPY_BENCH_COLD_WINDOWS`` windows of
+   ``TWEEPY_BENCH_WINDOW`` seconds are each judged with the bar.
+2. **Herd**: ``TWEEPY_BENCH_HERD`` times those users at once for one window, its goodput counted in
+   completed protocol tasks; then back to the users, measured in windows of
+   ``TWEEPY_BENCH_RECOVERY_WINDOW`` seconds until one meets the bar (at most
+   ``TWEEPY_BENCH_RECOVERY_LIMIT`` seconds): how long the stage takes to return under it.
+
+Results go to ``TWEEPY_BENCH_OUT``; ``"state": "done"`` only when all of it ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from locust import LoadTestShape
+
+from tools.bench.figures import cold_summary, herd_figures, judged_window
+from tools.bench.procfs import cpu_seconds, process_tree
+from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, setting
+
+
+class ColdStartAndHerd(LoadTestShape):
+    """Users arriving briskly on a fresh stage, judged window by window; then a herd, and the way back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users = setting("TWEEPY_BENCH_COLD_USERS")
+        self.rate = setting("TWEEPY_BENCH_COLD_RATE")
+        self.windows = setting("TWEEPY_BENCH_COLD_WINDOWS")
+        self.window = setting("TWEEPY_BENCH_WINDOW")
+        self.herd_users = max(self.users + 1, round(self.users * setting("TWEEPY_BENCH_HERD")))
+        self.recovery_window = setting("TWEEPY_BENCH_RECOVERY_WINDOW")
+        self.recovery_limit = setting("TWEEPY_BENCH_RECOVERY_LIMIT")
+        self.ramp_limit = setting("TWEEPY_BENCH_RAMP_LIMIT")
+        self.bar = bar_from_env()
+        self.out = Path(setting("TWEEPY_BENCH_OUT"))
+        self.servers = list(numbers(setting("TWEEPY_BENCH_SERVER_PIDS")))
+        self.cores = os.cpu_count() or 1
+        self.phase, self.phase_started, self.began = "start", 0.0, 0.0
+        self.cpu_at_start: tuple[float, float] = (0.0, 0.0)
+        self.result: dict = {"users": self.users, "rate": self.rate, "windows": [], "herd": None, "recovery": []}
+        self.state = "running"
+
+    def tick(self):
+        now = time.monotonic()
+        if self.phase == "start":
+            self.began = now
+            self._enter("ramp", now)
+        elif self.phase == "ramp":
+            self._ramp(now)
+        elif now - self.phase_started >= self._length():
+            self._end_window(now)
+        if self.state == "done":
+            self._write()
+            return None
+        self._write()
+        if self.phase == "herd":
+            return self.herd_users, self.herd_users  # all at once
+        return self.users, self.rate
+
+    def _length(self) -> float:
+        return self.recovery_window if self.phase == "recovery" else self.window
+
+    def _ramp(self, now: float) -> None:
+        logins = self.runner.stats.get(FIRST_LOGIN, "POST")
+        if self.runner.user_count >= self.users and logins.num_requests >= self.users:
+            self.result["ramp"] = {"ramp_s": round(now - self.phase_started, 1), **self._judged(now)}
+            self._enter("window", now)
+        elif now - self.phase_started > self.ramp_limit:
+            self.result["ramp"] = {"ramp_s": round(now - self.phase_started, 1), "problem": "not finished"}
+            self._finish()
+
+    def _enter(self, phase: str, now: float) -> None:
+        self.phase, self.phase_started = phase, now
+        self.runner.stats.reset_all()
+        servers = process_tree(self.servers)
+        self.cpu_at_start = (cpu_seconds(servers), cpu_seconds(process_tree([os.getpid()])))
+
+    def _judged(self, now: float) -> dict:
+        by_type, total = from_locust(self.runner.stats)
+        servers = process_tree(self.servers)
+        server_cpu = cpu_seconds(servers) - self.cpu_at_start[0]
+        generator_cpu = cpu_seconds(process_tree([os.getpid()])) - self.cpu_at_start[1]
+        seconds = now - self.phase_started
+        window = judged_window(by_type, total, seconds, server_cpu, generator_cpu, self.cores, self.bar)
+        return {**window, "users_running": self.runner.user_count}
+
+    def _end_window(self, now: float) -> None:
+        window = self._judged(now)
+        if self.phase == "window":
+            self.result["windows"].append(window)
+            if len(self.result["windows"]) < self.windows:
+                self._enter("window", now)
+            else:
+                self.result["cold"] = cold_summary(self.result["windows"])
+                self._enter("herd", now)
+        elif self.phase == "herd":
+            self.result["herd"] = {"users": self.herd_users, **window}
+            self.returned_at = now
+            self._enter("recovery", now)
+        else:
+            window["ended_s_after_return"] = round(now - self.returned_at, 1)
+            self.result["recovery"].append(window)
+            if window["met"] or now - self.returned_at >= self.recovery_limit:
+                self.result["herd_figures"] = herd_figures(
+                    self.result["windows"], self.result["herd"], self.result["recovery"]
+                )
+                self._finish()
+            else:
+                self._enter("recovery", now)
+
+    def _finish(self) -> None:
+        self.state = self.phase = "done"
+
+    def _write(self) -> None:
+        data = {
+            "state": self.state,
+            "phase": self.phase,
+            "seconds_in_phase": round(time.monotonic() - self.phase_started),
+            "users": self.runner.user_count if self.runner else 0,
+            **self.result,
+        }
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.out)
