@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from helpers.stored import PASSWORD, add_users
 from tools.bench.procfs import thread_cpu_seconds
 from tweepy import passwords
 from tweepy.errors import Busy
-from tweepy.passwords import HASHING_THREAD, REQUEST_START, HashingQueue
+from tweepy.passwords import HASHING_THREAD, REQUEST_START, HashingQueue, Waiter, next_waiter, retry_after_s
 
 
 def slow_hash(seconds: float):
@@ -58,7 +59,8 @@ def test_a_hash_waits_for_a_slot_that_frees_in_time():
 def test_a_queue_longer_than_the_wait_is_refused_without_waiting():
     queue = HashingQueue(slots=1, wait_s=1.0, native_threads=False)
     queue.seconds_per_hash = 0.25
-    queue.waiting = 8  # two seconds of hashing ahead
+    queue.busy = 1
+    queue.waiting.extend(Waiter(time.monotonic() + 10) for _ in range(8))  # two seconds of hashing ahead
     started = time.monotonic()
     with pytest.raises(Busy):
         queue.run(slow_hash(0.01))
@@ -121,3 +123,100 @@ def test_a_native_hashing_thread_carries_the_name_its_cpu_time_is_counted_by():
     assert Path(f"/proc/self/task/{tid}/comm").read_text().rstrip("\n") == HASHING_THREAD
     # Its 50 ms of spinning, counted in clock ticks of 10 ms (rounded to them: 0.06 - 0.02 is not 0.04 in floats).
     assert 0.04 <= round(thread_cpu_seconds([os.getpid()], HASHING_THREAD) - before, 2) < 0.2
+
+
+# The queue's order and its Retry-After, on a clock the test moves.
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def waiters(*deadlines: float) -> deque:
+    return deque(Waiter(deadline) for deadline in deadlines)
+
+
+def test_a_freed_slot_goes_to_the_oldest_waiter_while_the_queue_is_short():
+    queue = waiters(110, 111, 112)
+    assert next_waiter(queue, now=100, congested=False).deadline == 110
+    assert [w.deadline for w in queue] == [111, 112]
+
+
+def test_a_freed_slot_goes_to_the_newest_waiter_while_the_queue_is_congested():
+    queue = waiters(110, 111, 112)
+    assert next_waiter(queue, now=100, congested=True).deadline == 112
+
+
+def test_waiters_past_their_deadline_are_woken_to_be_refused_and_never_given_the_slot():
+    late, on_time = Waiter(99), Waiter(105)
+    queue = deque([late, on_time])
+    assert next_waiter(queue, now=100, congested=False) is on_time
+    assert late.given.is_set() and not late.handed
+    assert next_waiter(deque([Waiter(90)]), now=100, congested=True) is None
+
+
+def test_the_queue_turns_congested_once_it_has_not_been_empty_for_a_third_of_the_wait():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    assert queue._take(clock.now + 3) is None  # the free slot
+    queue._take(clock.now + 3)  # waits
+    assert not queue.congested
+    clock.now += 1.1
+    assert queue.congested
+
+
+def test_a_newcomer_to_a_congested_queue_is_admitted_when_the_next_free_slot_comes_in_time():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    queue.seconds_per_hash = 0.25
+    queue._take(clock.now + 3)
+    for _ in range(20):  # five seconds of hashing ahead, in turn
+        queue._take(clock.now + 100)
+    with pytest.raises(Busy):
+        queue._take(clock.now + 3)  # its turn would come too late
+    clock.now += 2  # nobody has left the queue for two seconds: newest first
+    assert isinstance(queue._take(clock.now + 3), Waiter)
+
+
+def test_a_slot_given_back_passes_to_a_waiter_and_stays_counted_busy():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    queue._take(clock.now + 3)
+    waiter = queue._take(clock.now + 3)
+    queue._give_back()
+    assert waiter.handed and waiter.given.is_set()
+    assert queue.busy == 1 and not queue.waiting
+    queue._give_back()
+    assert queue.busy == 0
+
+
+def test_retry_after_is_the_time_the_queue_needs_to_drain_spread_up_to_twice_that():
+    assert retry_after_s(queued=20, slots=2, seconds_per_hash=0.3, spread=1.0) == 3
+    assert retry_after_s(queued=20, slots=2, seconds_per_hash=0.3, spread=2.0) == 6
+    assert retry_after_s(queued=0, slots=2, seconds_per_hash=0.3, spread=1.5) == 1
+
+
+def test_a_refusal_from_a_long_queue_asks_for_a_longer_wait_than_one_from_a_short_queue():
+    def refusal_after(queued: int) -> int:
+        queue = HashingQueue(slots=1, wait_s=1.0, native_threads=False, spread=lambda: 1.0)
+        queue.seconds_per_hash = 0.5
+        queue.busy = 1
+        queue.waiting.extend(Waiter(time.monotonic() + 10) for _ in range(queued))
+        with pytest.raises(Busy) as refused:
+            queue.run(slow_hash(0.01))
+        return refused.value.retry_after
+
+    assert refusal_after(4) < refusal_after(20) == 11
+
+
+def test_an_answer_that_hashed_says_where_its_time_went(app):
+    add_users(app, "alice")
+    response = Browser(app.test_client()).login("alice", PASSWORD)
+    parts = dict(part.split(";dur=") for part in response.headers["Server-Timing"].split(", "))
+    assert set(parts) == {"before", "wait", "hash", "back", "after"}
+    assert float(parts["hash"]) > 0
+    assert "Server-Timing" not in app.test_client().get("/").headers

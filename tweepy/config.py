@@ -38,6 +38,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("BCRYPT_IN_THREADPOOL", False, "Hash on native threads (gevent's pool) so greenlets keep running"),
     Setting("HASHING_SLOTS", 1, "Passwords a process hashes at once (its native threads, with BCRYPT_IN_THREADPOOL)"),
     Setting("HASH_WAIT_S", 3.0, "Longest a login waits for a hashing slot, from when nginx got it; then 503"),
+    Setting(
+        "PAGES_NICE",
+        0,
+        "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",
+    ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
         "LOGIN_FAILURES_PER_ACCOUNT", 10, "Failed logins an account may have in the window before logins are refused"

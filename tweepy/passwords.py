@@ -1,41 +1,26 @@
-"""Hashing and checking passwords with bcrypt, at the configured cost.
+"""Hashing and checking passwords with bcrypt, at the configured cost, in turns.
 
-bcrypt is the costliest thing the app does (about a quarter of a second of CPU
-at cost 12), on purpose. Four things keep it from hurting everything else:
-
-* A hash never holds a database connection: the caller hashes inside
-  ``with connection_given_back():``, and hashing refuses to start otherwise.
-  (Measured with gevent: greenlets waiting for hashes while holding
-  connections drained the pool, and requests that only wanted to read failed
-  after the pool timeout.)
-* Hashes take turns: each process hashes at most ``HASHING_SLOTS`` passwords
-  at once. With ``BCRYPT_IN_THREADPOOL`` (gevent) they run on that many
-  native threads, so the process's other greenlets keep running (bcrypt
-  releases the GIL), at the same priority as everything else: logins get
-  their fair share of the cores, no more and no less.
-* A hash costs as little as bcrypt allows. ``BCRYPT_LIBRARY=libxcrypt``
-  hashes with the system's crypt library (libxcrypt, whose bcrypt is
-  Openwall's hand-tuned C) instead of pyca's ``bcrypt`` package: the same
-  algorithm, cost and ``$2b$`` hashes, either one checks the other's, at
-  about five sixths of the CPU on x86-64. Where the system's library cannot
-  make pyca's hash of a test password (macOS, say), the app says so in its
-  log and stays on pyca.
-* Waiting is bounded. A hash that cannot start within ``HASH_WAIT_S`` of the
-  moment nginx received the request is not computed: the request is answered
-  at once with 503 and Retry-After ("too busy, try again"), and one that
-  could not start in time, given the queue ahead of it, is refused without
-  waiting. So nobody waits a minute for a login, no hash is computed for a
-  request the front server has given up on, and past capacity the machine
-  sheds logins instead of letting them pile up behind each other.
+bcrypt is the costliest thing the app does, on purpose. What keeps it from hurting the rest:
+a hash never holds a database connection (``connection_given_back``); each process hashes at
+most ``HASHING_SLOTS`` passwords at once, on native threads with ``BCRYPT_IN_THREADPOOL``
+(bcrypt releases the GIL), which ``PAGES_NICE`` puts ahead of the thread serving pages;
+``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the same hashes for less CPU;
+and ``HashingQueue`` bounds the wait: a login that cannot start hashing within ``HASH_WAIT_S``
+of nginx receiving it is answered 503 with a Retry-After that says how long the queue needs,
+without any hash spent on it. Every answer that hashed says where its time went in a
+Server-Timing header (``before``, ``wait``, ``hash``, ``back``, ``after``).
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import os
+import random
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +28,7 @@ from functools import cache
 from typing import Any
 
 import bcrypt as pyca_bcrypt
-from flask import Flask, current_app, has_request_context, request
+from flask import Flask, current_app, g, has_request_context, request
 
 from .errors import Busy
 from .extensions import bcrypt, db
@@ -116,12 +101,15 @@ def makes_pycas_hashes(library: Library) -> bool:
 
 
 def init_app(app: Flask) -> None:
-    """Choose the bcrypt library of ``BCRYPT_LIBRARY``, once it has shown it makes bcrypt's hashes here."""
+    """Choose the bcrypt library of ``BCRYPT_LIBRARY`` (once it has shown it makes bcrypt's hashes here),
+    say where a hashing answer's time went, and put hashing ahead of pages (``PAGES_NICE``)."""
     name = app.config["BCRYPT_LIBRARY"]
     if name == "libxcrypt" and not makes_pycas_hashes(LIBRARIES[name]):
         app.logger.warning("BCRYPT_LIBRARY=libxcrypt: this system's crypt library has no bcrypt; hashing with pyca")
         name = "pyca"
     app.extensions["tweepy_bcrypt"] = LIBRARIES[name]
+    app.after_request(_say_where_the_time_went)
+    _put_hashing_first(app)
 
 
 def library() -> Library:
@@ -129,57 +117,188 @@ def library() -> Library:
     return current_app.extensions["tweepy_bcrypt"]
 
 
-class HashingQueue:
-    """The hashing slots of one process, and the time a hash may wait for one."""
+class Waiter:
+    """A request waiting for a hashing slot: when it must start by, and whether a slot was handed to it."""
 
-    def __init__(self, slots: int, wait_s: float, native_threads: bool) -> None:
+    __slots__ = ("deadline", "given", "handed")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline  # monotonic seconds; past it, the request is refused unhashed
+        self.given = threading.Event()  # gevent's under monkey-patching: the greenlet sleeps on it
+        self.handed = False  # a slot is this waiter's (False when woken only to be refused)
+
+
+def next_waiter(waiting: deque[Waiter], now: float, congested: bool) -> Waiter | None:
+    """Whom a freed slot goes to, and who is refused on the way.
+
+    Waiters past their deadline are dropped (woken unhanded: they answer "busy"). Then the
+    oldest waiter gets the slot, or, while the queue is congested, the newest: the one with
+    the most time left, so the logins that are answered are answered in time instead of
+    every login being answered late (adaptive LIFO)."""
+    while waiting:
+        waiter = waiting.pop() if congested else waiting.popleft()
+        if waiter.deadline > now:
+            return waiter
+        waiter.given.set()
+    return None
+
+
+def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: float) -> int:
+    """Seconds a refused person should wait: long enough for the hashes queued now to be done, times
+    ``spread`` (1 to 2, drawn per refusal) so that the refused do not all come back together."""
+    drain = queued * seconds_per_hash / max(1, slots)
+    return max(1, math.ceil(drain * spread))
+
+
+class HashingQueue:
+    """The hashing slots of one process, and the requests waiting for one.
+
+    A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
+    goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
+    the newest. A request that could not start before its deadline given the queue ahead of it is
+    refused at once; every refusal says, in Retry-After, how long the queue needs to drain."""
+
+    def __init__(
+        self,
+        slots: int,
+        wait_s: float,
+        native_threads: bool,
+        clock: Callable[[], float] = time.monotonic,
+        spread: Callable[[], float] = lambda: 1.0 + random.random(),
+    ) -> None:
         self.slots = slots
         self.wait_s = wait_s
-        # threading's semaphore is gevent's under monkey-patching: greenlets queue on it.
-        self.free = threading.BoundedSemaphore(slots)
-        self.waiting = 0
+        self.clock = clock
+        self.spread = spread
+        self.lock = threading.Lock()
+        self.busy = 0
+        self.waiting: deque[Waiter] = deque()
+        self.last_empty = clock()  # the last time nobody waited
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
         self.pool = None
         if native_threads:
             from gevent.threadpool import ThreadPool
 
             self.pool = ThreadPool(maxsize=slots)
+            self.pool.size = slots  # its threads start now, from the thread making the queue
+
+    @property
+    def congested(self) -> bool:
+        return bool(self.waiting) and self.clock() - self.last_empty > self.wait_s / 3
+
+    def busy_refusal(self) -> Busy:
+        queued = self.busy + len(self.waiting)
+        return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
+
+    def _take(self, deadline: float) -> Waiter | None:
+        """A slot at once (None), or a place in the queue (a Waiter); Busy when it could not start in time."""
+        with self.lock:
+            now = self.clock()
+            if not self.waiting:
+                self.last_empty = now
+                if self.busy < self.slots and deadline > now:
+                    self.busy += 1
+                    return None
+            # The slot it can hope for: the next to free while congested (newest first), else its turn.
+            ahead = 1 if self.congested else len(self.waiting) + 1
+            if now + ahead * self.seconds_per_hash / self.slots > deadline:
+                raise self.busy_refusal()
+            waiter = Waiter(deadline)
+            self.waiting.append(waiter)
+            return waiter
+
+    def _wait(self, waiter: Waiter) -> None:
+        waiter.given.wait(max(0.0, waiter.deadline - self.clock()))
+        with self.lock:
+            if waiter.handed:
+                return
+            if waiter in self.waiting:
+                self.waiting.remove(waiter)
+            raise self.busy_refusal()
+
+    def _give_back(self) -> None:
+        with self.lock:
+            now = self.clock()
+            waiter = next_waiter(self.waiting, now, self.congested)
+            if waiter is None:
+                self.busy -= 1
+            else:
+                waiter.handed = True  # the slot passes to it, still counted busy
+                waiter.given.set()
+            if not self.waiting:
+                self.last_empty = now
 
     def run(self, work: Callable[..., Any], *args: Any, received_at: float | None = None) -> Any:
+        """``work(*args)`` in a hashing slot; Busy if it could not start by ``wait_s`` after ``received_at``
+        (nginx's clock, seconds since the epoch; now when not given)."""
+        entered = self.clock()
         waited = max(0.0, time.time() - received_at) if received_at else 0.0
-        budget = self.wait_s - waited
-        ahead = self.waiting * self.seconds_per_hash / self.slots
-        if budget <= 0 or ahead > budget:
-            raise Busy(BUSY, retry_after=max(1, round(self.wait_s)))
-        self.waiting += 1
+        waiter = self._take(entered - waited + self.wait_s)
+        if waiter is not None:
+            self._wait(waiter)
         try:
-            got_a_slot = self.free.acquire(timeout=budget)
-        finally:
-            self.waiting -= 1
-        if not got_a_slot:
-            raise Busy(BUSY, retry_after=max(1, round(self.wait_s)))
-        try:
-            started = time.monotonic()
+            started = self.clock()
             # `is not None`: an idle ThreadPool has no tasks, so it is falsy.
-            result = self.pool.apply(_in_hashing_thread, (work, *args)) if self.pool is not None else work(*args)
-            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * (time.monotonic() - started)
+            if self.pool is not None:
+                result, hashing_s = self.pool.apply(_in_hashing_thread, (work, *args))
+            else:
+                result, hashing_s = _timed(work, *args)
+            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
+            _note_timing(before=waited, wait=started - entered, hash=hashing_s, back=self.clock() - started - hashing_s)
             return result
         finally:
-            self.free.release()
+            self._give_back()
 
 
-def _in_hashing_thread(work: Callable[..., Any], *args: Any) -> Any:
-    """``work(*args)`` on a pool thread that carries ``HASHING_THREAD`` as its name (one system call a hash)."""
+def _timed(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    started = time.monotonic()
+    return work(*args), time.monotonic() - started
+
+
+def _in_hashing_thread(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """``work(*args)`` and how long it took, on a pool thread that carries ``HASHING_THREAD`` as its name."""
     from setproctitle import setthreadtitle  # requirements/serve.txt's, as gevent's pool is
 
     setthreadtitle(HASHING_THREAD)
-    return work(*args)
+    return _timed(work, *args)
+
+
+def _note_timing(**seconds: float) -> None:
+    if has_request_context():
+        g.hash_timing = seconds
+        g.hash_returned_at = time.monotonic()
+
+
+def _say_where_the_time_went(response):
+    timing = g.pop("hash_timing", None)
+    if timing is not None:
+        timing["after"] = time.monotonic() - g.pop("hash_returned_at")
+        response.headers["Server-Timing"] = ", ".join(f"{name};dur={1000 * s:.1f}" for name, s in timing.items())
+    return response
 
 
 @cache
 def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
     return HashingQueue(slots, wait_s, native_threads)
+
+
+def _queue(config) -> HashingQueue:
+    return _queue_of(os.getpid(), config["HASHING_SLOTS"], config["HASH_WAIT_S"], config["BCRYPT_IN_THREADPOOL"])
+
+
+def _put_hashing_first(app: Flask) -> None:
+    """Lower the CPU priority of the thread making the app, which serves its requests, by ``PAGES_NICE``.
+
+    The hashing threads are started first, from this thread at its own priority (a thread inherits
+    its maker's), so they stay ahead of it: when logins wait, the cores go to their hashes, and pages,
+    which have time to spare, run in what is left."""
+    nice = app.config["PAGES_NICE"]
+    if nice <= 0 or not app.config["BCRYPT_IN_THREADPOOL"]:
+        return
+    _queue(app.config)
+    tid = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
 
 def _received_at() -> float | None:
@@ -204,9 +323,7 @@ def connection_given_back() -> Iterator[None]:
 def _slow(work: Callable[..., Any], *args: Any) -> Any:
     if db.session().in_transaction():
         raise RuntimeError("hash inside `with connection_given_back():`, not while holding a database connection")
-    config = current_app.config
-    queue = _queue_of(os.getpid(), config["HASHING_SLOTS"], config["HASH_WAIT_S"], config["BCRYPT_IN_THREADPOOL"])
-    return queue.run(work, *args, received_at=_received_at())
+    return _queue(current_app.config).run(work, *args, received_at=_received_at())
 
 
 def _cost() -> int:
