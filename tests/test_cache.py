@@ -2,7 +2,7 @@
 
 Two uWSGI workers are two app objects on one SQLite file, each with its own
 in-process cache. A person's browser keeps one session cookie whichever
-process the load balancer hands each request to. The promises (cache.py):
+process the load balancer hands each request to. The promises (docs/caching.md):
 the writer sees their own write at once on every process; with the write
 signal (CACHE_WRITE_SIGNAL), so does everyone else, and a log out ends every
 copy of the cookie at once although the user is read from the cache; without
@@ -467,7 +467,7 @@ def test_whom_a_keyed_result_no_longer_reads_no_longer_ends_it_and_the_pairs_kep
     local_cache._evict(["page:b"])
     assert local_cache.derived_from_keys("k", merge) == (2,) and len(computed) == 2
 
-    monkeypatch.setattr("tweepy.cache.DEPENDENCIES_REMEMBERED", 3)
+    monkeypatch.setattr("tweepy.cache.local.DEPENDENCIES_REMEMBERED", 3)
     local_cache.derived_from_keys("other", lambda: ((0,), ["page:c", "page:d"]))
     assert local_cache.dependencies == 0 and not local_cache.dependents, "past the bound, all start afresh"
     assert local_cache.derived_from_keys("k", merge) == (3,)

@@ -3,7 +3,7 @@
 Two app objects on one database stand in for two nodes (a SQLite file, or
 PostgreSQL where commits can come out of id order). Each test writes under a
 key prefix of its own and deletes it afterwards, so the tests can share the
-machine's Redis with anyone. The promises (cache.py): the writer and everyone
+machine's Redis with anyone. The promises (docs/caching.md): the writer and everyone
 else see a write as soon as it returns, on every node; a cached page is the
 uncached page; commits out of order leave nothing stale; and a Redis that
 goes away costs no error, and no stale page once it is back longer than

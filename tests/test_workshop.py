@@ -26,7 +26,7 @@ def test_compare_shows_each_changed_setting_and_the_function_it_switches_on():
     text = compare.compare(stages.get_stage(3), stages.get_stage(4))
     assert text.startswith("stage 3 database  ->  stage 4 cache")
     assert "TWEEPY_CACHE: none (default) -> local" in text
-    assert "tweepy/cache.py" in text and "(init_app)" in text
+    assert "tweepy/cache/hooks.py" in text and "(backend_for)" in text
     assert "TWEEPY_TIMELINE_FROM_CACHED_PAGES: False (default) -> true" in text
     assert "tweepy/queries.py" in text and "(timeline_of)" in text
     assert "tweepy/fragments.py" in text

@@ -2,7 +2,7 @@
 
 This is the one place that writes: each function commits its rows and, in the
 same transaction, forgets the cached reads the write makes stale, through the
-keys those reads name (see ``cache.py``). Slow work (bcrypt) happens before,
+keys those reads name (see docs/caching.md). Slow work (bcrypt) happens before,
 in the view, so no lock is held while it runs. Refusals are ``errors.Refused``,
 which the site maps to HTTP statuses.
 """
