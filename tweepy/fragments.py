@@ -90,6 +90,8 @@ def filled(pieces: tuple[bytes | str, ...], csrf: str, next_url: str) -> bytes:
     return b"".join([values[piece] if type(piece) is str else piece for piece in pieces])
 
 
+# Where the app keeps whether FRAGMENT_CACHE is on (read once, by ``init_app``).
+KEEP_PAGES = "tweepy_keep_pages"
 # Set in ``g`` while a page is rendered to be kept: its tweets keep their holes for the page's.
 HOLES_OPEN = "tweepy_holes_open"
 
@@ -103,7 +105,7 @@ def kept_page(template: str, rows: tuple, **context) -> str | bytes:
     rendered once a viewer with ``rows_hole`` set, and only the list is rendered again when the rows
     change, so nothing else in ``context`` may change what the frame shows. The page's token
     (``csrf``) and ``here`` are holes in what is kept, filled for each request."""
-    if not current_app.config["FRAGMENT_CACHE"] or "_flashes" in session:
+    if not current_app.extensions[KEEP_PAGES] or "_flashes" in session:
         return render_template(template, **context)
     viewer = (template, request.script_root, current_user.id, current_user.name)
 
@@ -134,7 +136,7 @@ def _with_holes_open(render, *args, **kwargs) -> tuple[bytes | str, ...]:
 
 
 def init_app(app: Flask) -> None:
-    keep = app.config["FRAGMENT_CACHE"]
+    keep = app.extensions[KEEP_PAGES] = app.config["FRAGMENT_CACHE"]
     # First in, first out: a hit is one dictionary lookup (an LRU would reorder on every one), and
     # a fragment never goes stale, so which ones leave first only costs a render now and then.
     rendered: cachetools.FIFOCache = cachetools.FIFOCache(
