@@ -28,7 +28,7 @@ def test_compare_shows_each_changed_setting_and_the_function_it_switches_on():
     assert "TWEEPY_CACHE: none (default) -> local" in text
     assert "tweepy/cache/hooks.py" in text and "(backend_for)" in text
     assert "TWEEPY_TIMELINE_FROM_CACHED_PAGES: False (default) -> true" in text
-    assert "tweepy/queries.py" in text and "(timeline_of)" in text
+    assert "tweepy/queries.py" in text and "(init_app)" in text
     assert "tweepy/fragments.py" in text
     assert "TWEEPY_SQLITE_TUNED" not in text, "a setting both stages share is no change"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import cache, cli, config, db_tuning, fragments, passwords, signing, throttle
+from . import cache, cli, config, db_tuning, fragments, passwords, queries, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 # Hooks, views and handlers whose answer to "is it a coroutine function?" is kept (there are a dozen).
@@ -51,6 +51,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     register_extensions(app)
     passwords.init_app(app)
     cache.init_app(app)
+    queries.init_app(app)
     throttle.init_app(app)
     fragments.init_app(app)
     register_blueprints(app)
