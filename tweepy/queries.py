@@ -100,7 +100,7 @@ def _tweet_rows(newest, older, user_id: int, before: int | None) -> tuple[TweetR
         rows = db.session.execute(newest, {"user_id": user_id, "size": page_size()})
     else:
         rows = db.session.execute(older, {"user_id": user_id, "size": page_size(), "before": before})
-    # Fetched at once: row by row, the cursor costs a quarter of the read more.
+    # Fetched at once: one call into the driver for the page, not one a row.
     return tuple(TweetRow(*row) for row in rows.all())
 
 
