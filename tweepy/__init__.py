@@ -22,8 +22,11 @@ SYNC_ANSWERS_KEPT = 1000
 
 
 class Tweepy(Flask):
-    """Flask, asking once per hook or view whether it must be run as a coroutine, not on every call:
-    Flask asks ``inspect`` eight times a request, and the answer for a function never changes."""
+    """Flask, asking once per hook or view whether it must be run as a coroutine, not on every call.
+
+    Flask passes every view and hook through ``ensure_sync`` each time it calls one, and its answer for
+    a plain function is that function, so the answer is kept (tests/test_site.py fails if an upgrade of
+    Flask changes either)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
