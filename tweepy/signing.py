@@ -123,5 +123,7 @@ def init_app(app: Flask) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=app.config["SECURE_COOKIES"],
     )
+    # Flask opens and saves every request's session through app.session_interface, its hook for
+    # replacing how sessions are kept: ours signs and checks as Flask's does, with less work a request.
     app.session_interface = SessionInterface()
     app.extensions["tweepy_page_tokens"] = SignedThisPeriod()
