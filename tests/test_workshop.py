@@ -212,3 +212,11 @@ def test_make_explain_shows_a_stages_plans_on_the_database_make_run_serves(tmp_p
     after = subprocess.run([*explain, "3"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "schema at 0003" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
     assert "SCAN tweets" not in after.stdout
+
+
+def test_requirements_txt_installs_what_make_run_installs():
+    makefile = (ROOT / "Makefile").read_text()
+    run_stamp = re.search(r"^\$\(VENV\)/\.installed-run:.*\n(?:\t.*\n)*", makefile, re.MULTILINE).group(0)
+    (installed,) = re.findall(r"\$\(call install,([\w-]+)\)", run_stamp)
+    lines = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
+    assert lines == [f"-r requirements/{installed}.txt"]
