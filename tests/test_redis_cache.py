@@ -20,6 +20,7 @@ import sys
 import textwrap
 import threading
 import time
+from datetime import datetime
 
 import pytest
 import redis
@@ -36,7 +37,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy import func, insert, select
 
 from tweepy import config, create_app, queries, writes
-from tweepy.cache import CLAIM_TTL_MS, RedisCache, cache, forget
+from tweepy.cache import CLAIM_TTL_MS, RedisCache, cache, codec, forget
 from tweepy.extensions import db
 from tweepy.models import CacheInvalidation, Tweet
 from tweepy.writes import transaction
@@ -107,6 +108,70 @@ def test_a_timeline_asks_redis_for_all_its_authors_pages_in_one_round_trip(two_n
 # --- a cached page is the page ----------------------------------------------------
 
 
+# --- what Redis holds ---------------------------------------------------------------
+
+
+def same_types(value, expected) -> bool:
+    """Whether ``value`` is built of the very types ``expected`` is, all the way down."""
+    if type(value) is not type(expected):
+        return False
+    if isinstance(expected, frozenset):
+        value, expected = sorted(value), sorted(expected)
+    if isinstance(expected, (tuple, list)):
+        return all(same_types(a, b) for a, b in zip(value, expected, strict=True))
+    return True
+
+
+def test_values_come_back_from_redis_as_the_types_the_reads_return(two_nodes):
+    apps = two_nodes()
+    alice, bob = sign_up(apps[A], "alice"), sign_up(apps[B], "bob")
+    alice.post("/users/bob/follow")
+    bob.post("/tweets/", {"tweet": "bob's news, \u00e9t\u00e9 \u2603"})
+    warm(alice, "/tweets/")
+    warm(alice, "/users/")
+    warm(alice, "/users/bob/")
+    alice_id, bob_id = user_id(apps[A], "alice"), user_id(apps[A], "bob")
+    reads = [
+        (queries.account_of, (alice_id,)),
+        (queries.user_named, ("bob",)),
+        (queries.following_of, (alice_id,)),
+        (queries.newest_tweets_by, (bob_id,)),
+        (queries.users_page, (1,)),
+    ]
+    with apps[B].app_context():
+        for read, args in reads:
+            kept, fresh = stored(apps[B], read.key(*args)), read.uncached(*args)
+            assert kept == fresh and same_types(kept, fresh), read.name
+    assert isinstance(stored(apps[B], queries.newest_tweets_by.key(bob_id))[0].posted, datetime)
+
+
+class RunsCodeWhenUnpickled:
+    """A payload that makes a folder the moment ``pickle.loads`` reads it."""
+
+    def __init__(self, folder) -> None:
+        self.folder = str(folder)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.folder,))
+
+
+def test_a_pickle_planted_in_redis_is_refused_not_run(two_nodes, tmp_path):
+    apps = two_nodes()
+    alice = sign_up(apps[A], "alice")
+    assert alice.post("/tweets/", {"tweet": "mine"}).status_code == 303
+    name = apps[B].extensions["tweepy_cache"].prefix + queries.newest_tweets_by.key(user_id(apps[A], "alice"))
+    ran = tmp_path / "the payload ran"
+    planted = pickle.dumps(RunsCodeWhenUnpickled(ran))
+    client = apps[B].extensions["tweepy_cache"].client
+    client.hset(name, mapping={"value": planted, "generation": "planted"})
+
+    assert tweet_texts(sign_up(apps[B], "bob").get("/users/alice/")) == ["mine"]
+    assert not ran.exists(), "reading the cache ran code someone wrote into Redis"
+    assert client.hget(name, "value") != planted, "the planted entry is dropped"
+    pickle.loads(planted)  # what reading it with pickle would have done
+    assert ran.exists()
+
+
 # --- the invalidation state machine, on Redis --------------------------------------
 
 
@@ -120,7 +185,7 @@ class RedisEntries:
         return self.backend.client.hexists(self.backend.prefix + key, "value")
 
     def __getitem__(self, key: str):
-        return pickle.loads(self.backend.client.hget(self.backend.prefix + key, "value"))
+        return codec.decode(self.backend.client.hget(self.backend.prefix + key, "value"))
 
 
 class InvalidationWorldOnRedis(InvalidationWorld):
@@ -166,10 +231,10 @@ class StoresWithoutGeneration(RedisCache):
         name = self.prefix + key
         payload = self.client.hget(name, "value")
         if payload is not None:
-            return pickle.loads(payload)
+            return codec.decode(payload)
         value = compute()
         if keep(value):
-            self.client.hset(name, "value", pickle.dumps(value))
+            self.client.hset(name, "value", codec.encode(value))
         return value
 
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from flask import Flask, current_app
 from sqlalchemy import bindparam, func, select
 
-from .cache import CacheKey, cache, memoized
+from .cache import CacheKey, cache, memoized, row_type
 from .extensions import db
 from .models import Follow, ThrottleEvent, Tweet, User
 
@@ -26,11 +26,13 @@ from .models import Follow, ThrottleEvent, Tweet, User
 NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
 
 
+@row_type
 class UserRow(NamedTuple):
     id: int
     name: str
 
 
+@row_type
 class Account(NamedTuple):
     """Who a session belongs to: the user, and the session epoch their cookie must carry."""
 
@@ -39,6 +41,7 @@ class Account(NamedTuple):
     session_epoch: int
 
 
+@row_type
 class TweetRow(NamedTuple):
     id: int
     author_id: int

@@ -7,12 +7,11 @@ Each test that uses Redis writes under a prefix of its own (``new_prefix``) and 
 from __future__ import annotations
 
 import os
-import pickle
 import secrets
 
 import redis
 
-from tweepy.cache import RedisCache
+from tweepy.cache import RedisCache, codec
 
 
 def new_prefix() -> str:
@@ -31,7 +30,7 @@ def stored(app, key: str):
     """The value Redis keeps under a cache key (None if none), as any node would read it."""
     backend = app.extensions["tweepy_cache"]
     payload = backend.client.hget(backend.prefix + key, "value")
-    return None if payload is None else pickle.loads(payload)
+    return None if payload is None else codec.decode(payload)
 
 
 def cached_keys(app) -> set[str]:

@@ -7,6 +7,7 @@ A read in ``queries.py`` is cached with ``@memoized("name")``; a write in ``writ
 """
 
 from .backend import CacheKey, NoCache, ReadCache, RequestState, cache, request_state
+from .codec import row_type
 from .hooks import SESSION_KEY, init_app
 from .keys import READS, CachedRead, forget, memoized, patch
 from .local import LocalCache, prune_log
@@ -32,4 +33,5 @@ __all__ = [
     "patch",
     "prune_log",
     "request_state",
+    "row_type",
 ]

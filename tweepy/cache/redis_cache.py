@@ -1,16 +1,15 @@
 """``RedisCache`` (``CACHE=redis``): one cache in Redis for every process of every node.
 
-Each entry is a hash under ``CACHE_KEY_PREFIX + key`` holding the value and a random *generation*; a
-value is stored only if its generation is unchanged since the miss read it, and a write deletes the
-hashes it forgot once it commits. Evictions that Redis could not take are owed, recorded in the
-``cache_invalidations`` table and paid before Redis is trusted again. Why no write leaves a stale
-entry however commits interleave: docs/caching.md.
+Each entry is a hash under ``CACHE_KEY_PREFIX + key`` holding the value (JSON, ``codec.py``) and a
+random *generation*; a value is stored only if its generation is unchanged since the miss read it,
+and a write deletes the hashes it forgot once it commits. Evictions that Redis could not take are
+owed, recorded in the ``cache_invalidations`` table and paid before Redis is trusted again. Why no
+write leaves a stale entry however commits interleave: docs/caching.md.
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
 import secrets
 import threading
 import time
@@ -22,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..extensions import db
 from ..models import CacheInvalidation
+from . import codec
 from .backend import CacheKey, request_state
 
 # Keys a process may owe Redis in memory; past this it drops the whole prefix once Redis answers.
@@ -119,9 +119,9 @@ class RedisCache:
         for i, (found, payload) in enumerate(replies):
             if found:
                 try:
-                    values.append(pickle.loads(payload))
+                    values.append(codec.decode(payload))
                     continue
-                except Exception:  # an entry that code deployed since cannot read: drop it, read again
+                except (ValueError, RecursionError):  # not what this code writes (older code's, anyone's): read again
                     log.warning("read cache: cannot read the entry of %s; dropping it", keys[i])
                     self.evict([keys[i]])
                     values.append(compute(i))
@@ -129,7 +129,10 @@ class RedisCache:
             value = compute(i)
             values.append(value)
             if storing and keep(value):
-                stores.append((names[i], payload, pickle.dumps(value, pickle.HIGHEST_PROTOCOL)))
+                try:
+                    stores.append((names[i], payload, codec.encode(value)))
+                except TypeError as error:  # a read returning what the codec cannot write: served, not kept
+                    log.warning("read cache: cannot keep %s: %s", keys[i], error)
         if stores:
             self._store(stores)
         return values
@@ -147,7 +150,7 @@ class RedisCache:
             log.warning("read cache: Redis refused to keep %s: %s", ", ".join(name for name, _, _ in stores), error)
 
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
-        # Every read unpickles new values: nothing computed from them is ever the same twice.
+        # Every read decodes new values: nothing computed from them is ever the same twice.
         return compute()
 
     def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
