@@ -145,6 +145,12 @@ def test_values_come_back_from_redis_as_the_types_the_reads_return(two_nodes):
     assert isinstance(stored(apps[B], queries.newest_tweets_by.key(bob_id))[0].posted, datetime)
 
 
+def test_every_row_type_a_read_returns_can_be_kept_in_redis():
+    rows = {kind for kind in vars(queries).values() if isinstance(kind, type) and hasattr(kind, "_fields")}
+    registered = {row.cls for row in codec.ROWS.values()}
+    assert rows and rows <= registered, f"register {rows - registered} with tweepy.cache.row_type"
+
+
 class RunsCodeWhenUnpickled:
     """A payload that makes a folder the moment ``pickle.loads`` reads it."""
 
