@@ -1,13 +1,11 @@
 """CACHE=local: per-process caches kept honest by the invalidation log.
 
-Two uWSGI workers are two app objects on one SQLite file, each with its own
-in-process cache. A person's browser keeps one session cookie whichever
-process the load balancer hands each request to. The promises (cache.py):
-the writer sees their own write at once on every process; with the write
-signal (CACHE_WRITE_SIGNAL), so does everyone else, and a log out ends every
-copy of the cookie at once although the user is read from the cache; without
-it, everyone else sees a write within CACHE_SYNC_INTERVAL; and a cached page
-shows what an uncached one would.
+Two uWSGI workers are two app objects on one SQLite file, each with its own in-process cache. What
+every backend promises (read-your-writes, a cached page is the uncached page) is tested in
+test_cache_backends.py; here, what LocalCache alone does (docs/caching.md): with the write signal
+(CACHE_WRITE_SIGNAL) a log out ends every copy of the cookie at once although the user is read from
+the cache; without it, everyone else sees a write within CACHE_SYNC_INTERVAL; a process's own write
+patches its entries; and what is computed from entries lives as long as they do.
 """
 
 from __future__ import annotations
@@ -18,7 +16,8 @@ import time
 
 import pytest
 from helpers.browser import sign_up
-from helpers.pages import csrf_token, form_actions, tweet_ids, tweet_texts, user_names, without_csrf_tokens
+from helpers.caches import cached_keys
+from helpers.pages import csrf_token, form_actions, tweet_ids, tweet_texts, user_names
 from helpers.stored import add_follow, add_tweets, add_users, user_id
 from helpers.worlds import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
 
@@ -44,94 +43,7 @@ def cache_of(app) -> LocalCache:
     return app.extensions["tweepy_cache"]
 
 
-def cached_keys(app) -> set[str]:
-    return set(cache_of(app).entries)
-
-
 # --- read-your-writes -------------------------------------------------------
-
-
-def test_writer_sees_own_new_tweet_on_the_other_process_at_once(two_processes):
-    apps = two_processes(NEVER)
-    alice = OnePersonsBrowser(*apps)
-    alice.on(A).register("alice")
-    assert tweet_texts(warm(alice.on(B), "/tweets/")) == []
-    assert queries.newest_tweets_by.key(user_id(apps[A], "alice")) in cached_keys(apps[B])
-
-    assert alice.on(A).post("/tweets/", {"tweet": "posted on A"}).status_code == 303
-    assert tweet_texts(alice.on(B).get("/tweets/")) == ["posted on A"]
-    assert tweet_texts(alice.on(B).get("/users/alice/")) == ["posted on A"]
-
-
-def test_writer_sees_followed_users_tweets_on_the_other_process_at_once(two_processes):
-    apps = two_processes(NEVER)
-    sign_up(apps[A], "bob").post("/tweets/", {"tweet": "bob's news"})
-    alice = OnePersonsBrowser(*apps)
-    alice.on(A).register("alice")
-    assert tweet_texts(warm(alice.on(B), "/tweets/")) == []
-    assert "/users/bob/follow" in form_actions(warm(alice.on(B), "/users/bob/"))
-    assert queries.following_of.key(user_id(apps[A], "alice")) in cached_keys(apps[B])
-
-    assert alice.on(A).post("/users/bob/follow").status_code == 303
-    assert tweet_texts(alice.on(B).get("/tweets/")) == ["bob's news"]
-    assert "/users/bob/unfollow" in form_actions(alice.on(B).get("/users/bob/"))
-
-
-def test_writer_stops_seeing_unfollowed_users_tweets_on_the_other_process_at_once(two_processes):
-    apps = two_processes(NEVER)
-    sign_up(apps[A], "bob").post("/tweets/", {"tweet": "bob's news"})
-    alice = OnePersonsBrowser(*apps)
-    alice.on(A).register("alice")
-    alice.on(A).post("/users/bob/follow")
-    assert tweet_texts(warm(alice.on(B), "/tweets/")) == ["bob's news"]
-    assert "/users/bob/unfollow" in form_actions(warm(alice.on(B), "/users/bob/"))
-
-    assert alice.on(A).post("/users/bob/unfollow").status_code == 303
-    assert tweet_texts(alice.on(B).get("/tweets/")) == []
-    assert "/users/bob/follow" in form_actions(alice.on(B).get("/users/bob/"))
-
-
-def test_writer_stops_seeing_deleted_tweet_on_the_other_process_at_once(two_processes):
-    apps = two_processes(NEVER)
-    alice = OnePersonsBrowser(*apps)
-    alice.on(A).register("alice")
-    alice.on(A).post("/tweets/", {"tweet": "keep"})
-    alice.on(A).post("/tweets/", {"tweet": "oops"})
-    warmed = warm(alice.on(B), "/tweets/")
-    assert tweet_texts(warmed) == ["oops", "keep"]
-    assert tweet_texts(warm(alice.on(B), "/users/alice/")) == ["oops", "keep"]
-
-    oops = tweet_ids(warmed)[0]
-    assert alice.on(A).post(f"/tweets/{oops}/delete").status_code == 303
-    assert tweet_texts(alice.on(B).get("/tweets/")) == ["keep"]
-    assert tweet_texts(alice.on(B).get("/users/alice/")) == ["keep"]
-
-
-def test_new_user_finds_their_profile_and_name_on_the_other_process_at_once(two_processes):
-    apps = two_processes(NEVER)
-    sign_up(apps[B], "bob")
-    carol = OnePersonsBrowser(*apps)
-    assert warm(carol.on(B), "/users/carol/").status_code == 404  # looked before signing up
-    assert queries.user_named.key("carol") not in cached_keys(apps[B]), "a miss is not kept"
-    warm(sign_up(apps[B], "watcher"), "/users/")  # B caches the users list without carol
-    assert queries.users_page.key(1) in cached_keys(apps[B])
-
-    assert carol.on(A).register("carol").status_code == 303
-    assert carol.on(B).get("/users/carol/").status_code == 200
-    assert user_names(carol.on(B).get("/users/")) == ["bob", "watcher", "carol"]
-
-
-def test_read_your_writes_holds_when_writes_alternate_between_processes(two_processes):
-    apps = two_processes(NEVER)
-    alice = OnePersonsBrowser(*apps)
-    alice.on(A).register("alice")
-    posted = []
-    for i in range(6):
-        writer, reader = (A, B) if i % 2 == 0 else (B, A)
-        warm(alice.on(reader), "/tweets/")
-        alice.on(writer).post("/tweets/", {"tweet": f"tweet {i} on {'AB'[writer]}"})
-        posted.insert(0, f"tweet {i} on {'AB'[writer]}")
-        assert tweet_texts(alice.on(reader).get("/tweets/")) == posted
 
 
 # --- everybody else, with the write signal: at once ------------------------
@@ -193,19 +105,6 @@ def test_a_post_made_before_anothers_write_is_replayed_here_leaves_the_page_to_b
         writes.post_tweet(alice_id, "third")
         assert queries.newest_tweets_by.key(alice_id) not in cache().entries
     assert tweet_texts(alice.on(A).get("/tweets/")) == ["third", "from her other tab", "first"]
-
-
-def test_with_the_write_signal_a_follower_sees_a_new_tweet_on_the_other_process_at_once(two_processes):
-    apps = two_processes(NEVER, write_signal=True)
-    alice = sign_up(apps[A], "alice")
-    bob = sign_up(apps[B], "bob")  # bob's requests all go to B
-    bob.post("/users/alice/follow")
-    assert tweet_texts(warm(bob, "/tweets/")) == []
-    assert queries.newest_tweets_by.key(user_id(apps[A], "alice")) in cached_keys(apps[B])
-
-    alice.post("/tweets/", {"tweet": "hello followers"})
-    assert tweet_texts(bob.get("/tweets/")) == ["hello followers"]
-    assert tweet_texts(bob.get("/users/alice/")) == ["hello followers"]
 
 
 def test_with_the_write_signal_the_user_comes_from_the_cache_and_a_log_out_ends_copies_at_once(two_processes):
@@ -313,21 +212,6 @@ def test_pages_show_the_same_content_with_or_without_the_cache(make_app, setting
     assert "/users/bob/unfollow" in actions and "/users/carol/follow" in actions
     assert "/users/carol/follow" in form_actions(alice.get("/users/carol/"))
     assert tweet_texts(people["bob"].get("/tweets/")) == ["bob 2", "alice 1", "bob 1"]
-
-
-@pytest.mark.parametrize("page", PAGES)
-def test_cached_page_is_byte_for_byte_the_uncached_page_after_every_write(make_app, page):
-    cached = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
-    uncached = make_app(CACHE="none")
-    for people in each_write_of_a_small_world(cached):
-        for name, browser in people.items():
-            from_cache = browser.get(page)
-            assert from_cache.status_code == 200
-            # The same person (same session cookie) asking a process without a cache.
-            other = uncached.test_client()
-            other.set_cookie("session", browser.client.get_cookie("session").value)
-            assert without_csrf_tokens(from_cache) == without_csrf_tokens(other.get(page)), name
-            browser.get(page)  # now surely cached, for the next write to make stale
 
 
 # --- the merged timeline ----------------------------------------------------
@@ -467,7 +351,7 @@ def test_whom_a_keyed_result_no_longer_reads_no_longer_ends_it_and_the_pairs_kep
     local_cache._evict(["page:b"])
     assert local_cache.derived_from_keys("k", merge) == (2,) and len(computed) == 2
 
-    monkeypatch.setattr("tweepy.cache.DEPENDENCIES_REMEMBERED", 3)
+    monkeypatch.setattr("tweepy.cache.local.DEPENDENCIES_REMEMBERED", 3)
     local_cache.derived_from_keys("other", lambda: ((0,), ["page:c", "page:d"]))
     assert local_cache.dependencies == 0 and not local_cache.dependents, "past the bound, all start afresh"
     assert local_cache.derived_from_keys("k", merge) == (3,)

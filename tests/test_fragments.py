@@ -197,7 +197,7 @@ def test_a_kept_timeline_is_byte_for_byte_the_page_rendered_afresh(make_app, mon
     now = float(int(time.time()))
     monkeypatch.setattr(time, "time", lambda: now)  # one token for the three visits
     kept_twice = [alice.get("/tweets/").get_data(), alice.get("/tweets/").get_data()]
-    app.config["FRAGMENT_CACHE"] = False  # kept_page then calls render_template itself
+    monkeypatch.setitem(app.extensions, fragments.KEEP_PAGES, False)  # kept_page then calls render_template itself
     afresh = alice.get("/tweets/").get_data()
     assert kept_twice == [afresh, afresh]
     assert b"tweepy:" not in afresh

@@ -33,12 +33,12 @@ def test_a_write_that_forgets_nothing_is_caught(monkeypatch):
 
 
 def test_every_cached_read_is_checked():
-    """A new @memoized read must be given its arguments in ``possible_args`` above."""
+    """A new @memoized read must be given its arguments in ``possible_args`` (tests/helpers/invalidation.py)."""
     assert set(possible_args([])) == set(cache.READS)
 
 
 def test_every_write_is_exercised():
-    """A new function in writes.py must be a rule of the world above."""
+    """A new function in writes.py must be a rule of ``InvalidationWorld`` (tests/helpers/invalidation.py)."""
     public_writes = {
         name
         for name, function in inspect.getmembers(writes, inspect.isfunction)

@@ -101,6 +101,22 @@ def test_the_session_signer_is_made_once_and_follows_a_new_secret_key(app):
     assert sessions.get_signing_serializer(app) is not first
 
 
+def test_flask_opens_and_saves_each_requests_session_through_the_apps_session_interface(app, client, monkeypatch):
+    """signing.SessionInterface does its work only while Flask asks ``app.session_interface`` to open and
+    save every request's session, and Flask's cookie sessions sign through ``get_signing_serializer``."""
+    sessions, calls = app.session_interface, []
+    for name in ("open_session", "save_session", "get_signing_serializer"):
+        real = getattr(sessions, name)
+        monkeypatch.setattr(sessions, name, lambda *args, real=real, name=name: calls.append(name) or real(*args))
+    assert client.get("/").status_code == 200  # the login form puts a CSRF token in a new session
+    assert calls[0] == "open_session" and "save_session" in calls
+    assert "get_signing_serializer" in calls[calls.index("save_session") :], "the new cookie is signed by ours"
+    assert client.get_cookie("session") is not None
+    calls.clear()
+    assert client.get("/").status_code == 200  # that cookie read back, through the kept signature
+    assert calls[0] == "open_session" and "save_session" in calls
+
+
 def test_a_kept_cookie_still_ends_when_the_session_lifetime_does(app, alice, clock):
     assert alice.get("/tweets/").status_code == 200  # its cookie now checked and kept
     clock[0] += app.permanent_session_lifetime.total_seconds() - 5

@@ -68,6 +68,24 @@ def test_flask_asks_once_per_hook_or_view_whether_it_is_a_coroutine(app, alice, 
         app.ensure_sync(a_coroutine)
 
 
+def test_flask_runs_every_view_and_hook_through_ensure_sync_which_gives_a_plain_function_back(app, alice, monkeypatch):
+    """Tweepy.ensure_sync keeps Flask's answer for each function: sound while Flask passes each view and
+    hook through ensure_sync before calling it, and answers a plain function with that very function."""
+    from flask import Flask
+
+    seen, real = [], type(app).ensure_sync
+    monkeypatch.setattr(type(app), "ensure_sync", lambda self, func: seen.append(func) or real(self, func))
+    assert alice.get("/tweets/").status_code == 200
+    hooks = [
+        func for funcs in (*app.before_request_funcs.values(), *app.after_request_funcs.values()) for func in funcs
+    ]
+    called = [app.view_functions["tweets.timeline"], *hooks]
+    assert hooks and all(func in seen for func in called)
+    for func in called:
+        assert Flask.ensure_sync(app, func) is func
+        assert app.ensure_sync(func) is func
+
+
 def test_healthz_says_ok_when_the_database_answers(client):
     response = client.get("/healthz")
     assert response.status_code == 200

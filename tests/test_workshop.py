@@ -26,9 +26,9 @@ def test_compare_shows_each_changed_setting_and_the_function_it_switches_on():
     text = compare.compare(stages.get_stage(3), stages.get_stage(4))
     assert text.startswith("stage 3 database  ->  stage 4 cache")
     assert "TWEEPY_CACHE: none (default) -> local" in text
-    assert "tweepy/cache.py" in text and "(init_app)" in text
+    assert "tweepy/cache/hooks.py" in text and "(backend_for)" in text
     assert "TWEEPY_TIMELINE_FROM_CACHED_PAGES: False (default) -> true" in text
-    assert "tweepy/queries.py" in text and "(timeline_of)" in text
+    assert "tweepy/queries.py" in text and "(init_app)" in text
     assert "tweepy/fragments.py" in text
     assert "TWEEPY_SQLITE_TUNED" not in text, "a setting both stages share is no change"
 
@@ -212,3 +212,11 @@ def test_make_explain_shows_a_stages_plans_on_the_database_make_run_serves(tmp_p
     after = subprocess.run([*explain, "3"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "schema at 0003" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
     assert "SCAN tweets" not in after.stdout
+
+
+def test_requirements_txt_installs_what_make_run_installs():
+    makefile = (ROOT / "Makefile").read_text()
+    run_stamp = re.search(r"^\$\(VENV\)/\.installed-run:.*\n(?:\t.*\n)*", makefile, re.MULTILINE).group(0)
+    (installed,) = re.findall(r"\$\(call install,([\w-]+)\)", run_stamp)
+    lines = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
+    assert lines == [f"-r requirements/{installed}.txt"]

@@ -23,7 +23,7 @@ from tweepy.config import BY_NAME
 
 ROOT = stages.ROOT
 # Where the app reads its settings (config.py only declares and checks them).
-APP_CODE = sorted(p for p in (ROOT / "tweepy").glob("*.py") if p.name != "config.py")
+APP_CODE = sorted(p for p in (ROOT / "tweepy").rglob("*.py") if p.name != "config.py")
 RUNNER = ROOT / "tools" / "stages.py"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import cache, cli, config, db_tuning, fragments, passwords, signing, throttle
+from . import cache, cli, config, db_tuning, fragments, passwords, queries, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 # Hooks, views and handlers whose answer to "is it a coroutine function?" is kept (there are a dozen).
@@ -22,8 +22,11 @@ SYNC_ANSWERS_KEPT = 1000
 
 
 class Tweepy(Flask):
-    """Flask, asking once per hook or view whether it must be run as a coroutine, not on every call:
-    Flask asks ``inspect`` eight times a request, and the answer for a function never changes."""
+    """Flask, asking once per hook or view whether it must be run as a coroutine, not on every call.
+
+    Flask passes every view and hook through ``ensure_sync`` each time it calls one, and its answer for
+    a plain function is that function, so the answer is kept (tests/test_site.py fails if an upgrade of
+    Flask changes either)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -51,6 +54,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     register_extensions(app)
     passwords.init_app(app)
     cache.init_app(app)
+    queries.init_app(app)
     throttle.init_app(app)
     fragments.init_app(app)
     register_blueprints(app)

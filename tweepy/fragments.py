@@ -1,36 +1,15 @@
-"""Rendered HTML of single tweets, kept per process with ``FRAGMENT_CACHE``.
+"""Rendered HTML of tweets and of timeline pages, kept per process with ``FRAGMENT_CACHE``.
 
-Someone else's tweet renders the same for every viewer: the macro
-``tweet_item`` sees only the row and the profiles prefix, never the viewer.
-So a fragment is kept under everything it is made of: the template's own
-source (a digest of it), the profiles prefix and the whole row. If a row ever
-carries a field that changes (a like count, an edited text), its key changes
-with it and the old HTML is simply never asked for again; nothing has to be
-invalidated. The store is bounded in bytes (``FRAGMENT_CACHE_BYTES``).
+Someone else's tweet renders the same for every viewer: the macro ``tweet_item`` sees only the row
+and the profiles prefix. So a fragment is kept under everything it is made of (a digest of the
+template's source, the profiles prefix, the whole row) and is never invalidated: a row that changes
+(a like count, an edited text) has a new key. One's own tweet carries a delete button whose form
+holds the page's CSRF token and where to go next: it is kept with two holes instead (``CSRF_HOLE``,
+``NEXT_HOLE``), filled in once per page. Holes are written with ``<``, which never reaches a fragment
+from a row (the macro escapes the text; names and dates have no ``<``), so nothing else is filled in.
 
-One's own tweet carries a delete button, whose form holds the page's CSRF
-token and where to go next: it is kept with two holes instead
-(``CSRF_HOLE``, ``NEXT_HOLE``), filled in once per page. The holes are
-written with ``<``, which never reaches a fragment from a row (the macro
-escapes the text; names and dates have no ``<``), so nothing else is ever
-filled in by mistake.
-
-Rendering 50 tweets was the largest part of a timeline's CPU time; with this,
-a page mostly joins strings it already has. And the join itself is kept, one
-a viewer (the list they saw last), for as long as the rows are the very same
-tuple the read cache holds (``ReadCache.derived``): a timeline read again
-before any of its authors posts costs one lookup and the filling of holes.
-
-The same goes one level up for the page around them (``kept_page``): the first
-page of a timeline differs from one request to the next only in the CSRF token
-and where its buttons send people back to, so it is rendered once with those
-two holes open and kept, one a viewer, while its rows are the same. It is kept
-as UTF-8 pieces cut at its holes, so a visit joins bytes that are ready to send
-(searching the page for its holes and encoding it took a seventh of a kept
-visit's CPU). When the rows change (a new tweet, a follow), only the list of
-tweets is rendered again: the frame around it (the bar, the tweet box, the
-headings) is kept apart, one a viewer, with a third hole where the list goes.
-A page with a message to flash is rendered afresh, since showing it uses it up.
+A page then joins strings it already has; the joined list, and the whole first page of a timeline
+(``kept_page``), are kept too while their rows are the very tuple the read cache holds.
 """
 
 from __future__ import annotations
@@ -90,6 +69,8 @@ def filled(pieces: tuple[bytes | str, ...], csrf: str, next_url: str) -> bytes:
     return b"".join([values[piece] if type(piece) is str else piece for piece in pieces])
 
 
+# Where the app keeps whether FRAGMENT_CACHE is on (read once, by ``init_app``).
+KEEP_PAGES = "tweepy_keep_pages"
 # Set in ``g`` while a page is rendered to be kept: its tweets keep their holes for the page's.
 HOLES_OPEN = "tweepy_holes_open"
 
@@ -97,13 +78,18 @@ HOLES_OPEN = "tweepy_holes_open"
 def kept_page(template: str, rows: tuple, **context) -> str | bytes:
     """``render_template(template, **context)`` for the logged-in viewer (UTF-8 when kept), kept with
     FRAGMENT_CACHE while ``rows`` (the tweets it lists: all the page shows besides the viewer) are the
-    very same tuple the read cache holds.
+    very same tuple the read cache holds (``ReadCache.derived``), one page a viewer.
 
-    The template shows its rows as ``rows_hole or tweet_list(tweets, here, older_url)``: the frame is
-    rendered once a viewer with ``rows_hole`` set, and only the list is rendered again when the rows
-    change, so nothing else in ``context`` may change what the frame shows. The page's token
-    (``csrf``) and ``here`` are holes in what is kept, filled for each request."""
-    if not current_app.config["FRAGMENT_CACHE"] or "_flashes" in session:
+    The first page of a timeline differs from one request to the next only in the CSRF token and where
+    its buttons send people back to: the page's token (``csrf``) and ``here`` are holes in what is kept,
+    filled for each request. It is kept as UTF-8 pieces cut at its holes, so a visit joins bytes ready
+    to send, without searching the page for its holes or encoding it.
+
+    The template shows its rows as ``rows_hole or tweet_list(tweets, here, older_url)``: the frame (the
+    bar, the tweet box, the headings) is rendered once a viewer with ``rows_hole`` set, and only the list
+    is rendered again when the rows change, so nothing else in ``context`` may change what the frame
+    shows. A page with a message to flash is rendered afresh, since showing it uses it up."""
+    if not current_app.extensions[KEEP_PAGES] or "_flashes" in session:
         return render_template(template, **context)
     viewer = (template, request.script_root, current_user.id, current_user.name)
 
@@ -134,7 +120,7 @@ def _with_holes_open(render, *args, **kwargs) -> tuple[bytes | str, ...]:
 
 
 def init_app(app: Flask) -> None:
-    keep = app.config["FRAGMENT_CACHE"]
+    keep = app.extensions[KEEP_PAGES] = app.config["FRAGMENT_CACHE"]
     # First in, first out: a hit is one dictionary lookup (an LRU would reorder on every one), and
     # a fragment never goes stale, so which ones leave first only costs a render now and then.
     rendered: cachetools.FIFOCache = cachetools.FIFOCache(

@@ -70,7 +70,7 @@ class Follow(db.Model):
 
 
 class CacheInvalidation(db.Model):
-    """The log of cache keys made stale by writes, replayed by every process (see cache.py)."""
+    """The log of cache keys made stale by writes, replayed by every process (see docs/caching.md)."""
 
     __tablename__ = "cache_invalidations"
     # Processes replay the log by id: an id must never come back.

@@ -13,7 +13,7 @@ def _positive_int(name: str, largest: int) -> int | None:
     raw = request.args.get(name)
     if raw is None:
         return None
-    # Measured as text first: int() refuses more than 4,300 digits with a ValueError (a 500).
+    # Its length is checked as text first: int() refuses more than 4,300 digits with a ValueError (a 500).
     digits = raw.lstrip("0") if raw.isascii() and raw.isdigit() else None
     if digits is None or len(digits) > len(str(largest)) or not 1 <= int(digits or "0") <= largest:
         abort(400, f"'{name}' must be a whole number from 1 to {largest}.")

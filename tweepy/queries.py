@@ -15,10 +15,10 @@ from itertools import islice
 from operator import attrgetter
 from typing import NamedTuple
 
-from flask import current_app
+from flask import Flask, current_app
 from sqlalchemy import bindparam, func, select
 
-from .cache import CacheKey, cache, memoized
+from .cache import CacheKey, cache, memoized, row_type
 from .extensions import db
 from .models import Follow, ThrottleEvent, Tweet, User
 
@@ -26,11 +26,13 @@ from .models import Follow, ThrottleEvent, Tweet, User
 NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
 
 
+@row_type
 class UserRow(NamedTuple):
     id: int
     name: str
 
 
+@row_type
 class Account(NamedTuple):
     """Who a session belongs to: the user, and the session epoch their cookie must carry."""
 
@@ -39,6 +41,7 @@ class Account(NamedTuple):
     session_epoch: int
 
 
+@row_type
 class TweetRow(NamedTuple):
     id: int
     author_id: int
@@ -100,7 +103,7 @@ def _tweet_rows(newest, older, user_id: int, before: int | None) -> tuple[TweetR
         rows = db.session.execute(newest, {"user_id": user_id, "size": page_size()})
     else:
         rows = db.session.execute(older, {"user_id": user_id, "size": page_size(), "before": before})
-    # Fetched at once: row by row, the cursor costs a quarter of the read more.
+    # Fetched at once: one call into the driver for the page, not one a row.
     return tuple(TweetRow(*row) for row in rows.all())
 
 
@@ -184,9 +187,14 @@ def newest_tweets_with(
 
 def timeline_of(user_id: int, before: int | None = None) -> tuple[TweetRow, ...]:
     """One's own tweets and those of whom one follows, newest first (minitwit's timeline)."""
-    if before is None and current_app.config["TIMELINE_FROM_CACHED_PAGES"]:
-        return _timeline_merged_from_author_pages(user_id)
+    if before is None:
+        return current_app.extensions[FIRST_TIMELINE_PAGE](user_id)
     return _tweet_rows(TIMELINE_NEWEST, TIMELINE_OLDER, user_id, before)
+
+
+def _timeline_queried(user_id: int) -> tuple[TweetRow, ...]:
+    """The first page of a timeline, in one query."""
+    return _tweet_rows(TIMELINE_NEWEST, TIMELINE_OLDER, user_id, None)
 
 
 def _timeline_merged_from_author_pages(user_id: int) -> tuple[TweetRow, ...]:
@@ -222,3 +230,14 @@ def users_page_listing(user_id: int) -> int:
     """Which page of ``users_page`` lists this user (the one a registration changes)."""
     earlier = db.session.scalar(USERS_BEFORE, {"user_id": user_id})
     return earlier // page_size() + 1
+
+
+# Where the app keeps the function that reads a timeline's first page (``init_app`` chooses it).
+FIRST_TIMELINE_PAGE = "tweepy_first_timeline_page"
+
+
+def init_app(app: Flask) -> None:
+    """Choose once how a timeline's first page is read: merged from the authors' cached pages with
+    TIMELINE_FROM_CACHED_PAGES, else in one query."""
+    merged = app.config["TIMELINE_FROM_CACHED_PAGES"]
+    app.extensions[FIRST_TIMELINE_PAGE] = _timeline_merged_from_author_pages if merged else _timeline_queried

@@ -1,24 +1,9 @@
 """What the app signs on every page: the session cookie and the forms' CSRF token.
 
-Both are Flask's and Flask-WTF's own, unchanged in what they sign and check;
-only the work around them is done less often:
-
-* Flask builds the session's signing serializer twice a request (to read the
-  cookie and to write it back); ``SessionInterface`` builds it once per
-  secret key and keeps it (it holds no state between calls).
-* Flask checks the cookie's signature on every request, although a browser
-  sends the very same cookie until its session changes. ``SessionInterface``
-  keeps what recently checked cookies hold, under the exact cookie text, with
-  the time each was signed: the same text is the same signature, so only its
-  age is checked again. What a cookie holds is copied into each request's
-  session, and only cookies of plain values are kept (flashed messages are a
-  list, changed in place).
-* Flask-WTF signs the session's CSRF token once a page, and the signature
-  covers only that token and the time in whole seconds. ``page_token`` keeps
-  each session's signed token for the rest of its minute, so the pages of one
-  minute share one signature, and every token is still one Flask-WTF made and
-  checks, for that session only. A page's token is at most a minute old when
-  shown, so its forms work for at least 59 of Flask-WTF's 60 minutes.
+Both are Flask's and Flask-WTF's own, unchanged in what they sign and check; only the work around
+them is done less often. ``SessionInterface`` builds the cookie's signing serializer once per secret
+key, and checks a cookie's signature once while it keeps what the cookie holds; ``page_token`` signs
+each session's CSRF token once a minute rather than once a page.
 """
 
 from __future__ import annotations
@@ -46,7 +31,15 @@ TOKENS_A_PERIOD = 10_000
 
 class SessionInterface(SecureCookieSessionInterface):
     """Flask's signed-cookie sessions: the signing serializer made once per secret key, and each
-    cookie's signature checked once while it is kept (what it holds, and when it was signed)."""
+    cookie's signature checked once while it is kept (what it holds, and when it was signed).
+
+    Flask builds the serializer twice a request (to read the cookie and to write it back); it holds
+    no state between calls, so one per secret key serves every request. Flask checks the cookie's
+    signature on every request, although a browser sends the very same cookie until its session
+    changes: the same text is the same signature, so a kept cookie has only its age checked again.
+    What a cookie holds is copied into each request's session, and only cookies of plain values are
+    kept (flashed messages are a list, changed in place).
+    """
 
     def __init__(self) -> None:
         self.kept: tuple[tuple, URLSafeTimedSerializer | None, cachetools.LRUCache] | None = None
@@ -102,7 +95,13 @@ class SignedThisPeriod:
 
 
 def page_token() -> str:
-    """The CSRF token for this page's forms: Flask-WTF's, signed at most once a period per session."""
+    """The CSRF token for this page's forms: Flask-WTF's, signed at most once a period per session.
+
+    Flask-WTF's signature covers only the session's token and the time in whole seconds, so the pages
+    of one period share one signature, and every token is still one Flask-WTF made and checks, for
+    that session only. A page's token is at most a minute old when shown, so its forms work for at
+    least 59 of Flask-WTF's 60 minutes.
+    """
     if TOKEN in g:
         return generate_csrf()  # already signed for this request
     kept: SignedThisPeriod = current_app.extensions["tweepy_page_tokens"]
@@ -124,5 +123,7 @@ def init_app(app: Flask) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=app.config["SECURE_COOKIES"],
     )
+    # Flask opens and saves every request's session through app.session_interface, its hook for
+    # replacing how sessions are kept: ours signs and checks as Flask's does, with less work a request.
     app.session_interface = SessionInterface()
     app.extensions["tweepy_page_tokens"] = SignedThisPeriod()

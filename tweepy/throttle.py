@@ -1,30 +1,14 @@
 """Limits on failed logins and registrations, checked before any password is hashed.
 
-A hash costs about a quarter of a second of CPU at bcrypt's default cost, so
-a client that may try passwords without limit can both guess them and keep
-the machine busy. A failed login counts against the account and against the
-client's address; a registration against the address. Successful logins
-never count. The counts are rows of ``throttle_events`` (written by
-``writes.py``), so every process, and every node sharing the database, sees
-the same ones; they are checked with one indexed count each.
+A hash is slow on purpose (bcrypt), so a client that may try passwords without limit can both guess
+them and keep the machine busy. A failed login counts against the account and against the client's
+address; a registration against the address. Successful logins never count. The counts are rows of
+``throttle_events`` (written by ``writes.py``), so every process, and every node sharing the
+database, sees the same ones; they are checked with one indexed count each. With
+``THROTTLE_IN_REDIS`` they live in the Redis of ``CACHE_URL`` instead (``RedisCounts``).
 
-With ``THROTTLE_IN_REDIS`` they live in the Redis of ``CACHE_URL`` instead
-(``RedisCounts``), shared by every node just the same and costing the
-database nothing: per kind and subject, one sorted set of attempt times
-(each node's clock, as the rows' are), trimmed to the window whenever it is read or added to, under
-``throttle:`` + ``CACHE_KEY_PREFIX`` (so deployments sharing a Redis stay
-apart, and the cache's drop of its own prefix never touches them). While
-that Redis cannot be reached, attempts are counted and checked in the
-database, as without the setting. The two stores' counts do not add up, so
-an outage can give a guesser a second quota for as long as it lasts, no
-more. Each set expires one window after its last attempt; Redis must not
-drop them sooner: under ``maxmemory`` with ``volatile-lru`` (the cache's
-advice) they are as evictable as cached pages, and an evicted set is a
-fresh quota, so give Redis the memory to keep them (or ``noeviction``).
-
-Addresses in ``UNTHROTTLED_ADDRESSES`` are counted like any other but never
-refused: a load generator plays thousands of people from one address. The
-per-account limit holds for everyone.
+Addresses in ``UNTHROTTLED_ADDRESSES`` are counted like any other but never refused: a load
+generator plays thousands of people from one address. The per-account limit holds for everyone.
 """
 
 from __future__ import annotations
@@ -90,7 +74,19 @@ def _limits() -> dict[str, Limit]:
 
 
 class RedisCounts:
-    """Recent attempts per (kind, subject), as sorted sets of their times in one Redis for every node."""
+    """Recent attempts per (kind, subject), as sorted sets of their times in one Redis for every node.
+
+    Shared by every node just as the table is, and costing the database nothing: one sorted set of
+    attempt times (each node's clock, as the rows' are) per kind and subject, trimmed to the window
+    whenever it is read or added to, under ``throttle:`` + ``CACHE_KEY_PREFIX`` (so deployments
+    sharing a Redis stay apart, and the cache's drop of its own prefix never touches them). While
+    that Redis cannot be reached, attempts are counted and checked in the database, as without the
+    setting. The two stores' counts do not add up, so an outage can give a guesser a second quota
+    for as long as it lasts, no more. Each set expires one window after its last attempt; Redis
+    must not drop them sooner: under ``maxmemory`` with ``volatile-lru`` (the cache's advice) they
+    are as evictable as cached pages, and an evicted set is a fresh quota, so give Redis the memory
+    to keep them (or ``noeviction``).
+    """
 
     def __init__(self, url: str, prefix: str, timeout: float) -> None:
         import redis

@@ -1,0 +1,37 @@
+"""The read cache: reads kept under keys they name, and writes that forget them.
+
+A read in ``queries.py`` is cached with ``@memoized("name")``; a write in ``writes.py`` calls
+``forget(read.key(...))`` (or ``patch``) inside its own transaction. ``CACHE`` chooses the backend:
+``none`` (``NoCache``), ``local`` (``local.py``, with ``write_signal.py``) or ``redis``
+(``redis_cache.py``); ``hooks.py`` sets it up. Why no backend serves a stale entry: docs/caching.md.
+"""
+
+from .backend import CacheKey, NoCache, ReadCache, RequestState, cache, request_state
+from .codec import row_type
+from .hooks import SESSION_KEY, init_app
+from .keys import READS, CachedRead, forget, memoized, patch
+from .local import LocalCache, prune_log
+from .redis_cache import CLAIM_TTL_MS, RedisCache
+from .write_signal import WriteSignal
+
+__all__ = [
+    "CLAIM_TTL_MS",
+    "READS",
+    "SESSION_KEY",
+    "CacheKey",
+    "CachedRead",
+    "LocalCache",
+    "NoCache",
+    "ReadCache",
+    "RedisCache",
+    "RequestState",
+    "WriteSignal",
+    "cache",
+    "forget",
+    "init_app",
+    "memoized",
+    "patch",
+    "prune_log",
+    "request_state",
+    "row_type",
+]

@@ -1,0 +1,101 @@
+"""Cached reads and the keys they name: ``memoized`` makes a read cached, ``forget`` and ``patch`` take its keys.
+
+A read owns the name of its entries (``queries.newest_tweets_by.key(author_id)``), and ``forget`` takes
+nothing else, so a write cannot forget a key that no read uses.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from .backend import CacheKey, cache
+
+# Keys each cached read remembers how to spell (about 100 bytes each).
+KEYS_SPELT = 20_000
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CachedRead(Generic[P, R]):
+    """A read whose results are kept under keys it names itself.
+
+    ``canonical`` maps the read's arguments to the ones that identify a result
+    (``"Bob"`` and ``"bob"`` name the same user), for the call and the key alike.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        read: Callable[P, R],
+        canonical: Callable[..., tuple] | None = None,
+        keep: Callable[[R], bool] | None = None,
+    ) -> None:
+        self.name = name
+        self.uncached = read
+        self.canonical = canonical or (lambda *args: args)
+        # A miss is not kept: its key is whatever the client asked for, and
+        # keeping every miss would let anyone fill the cache.
+        self.keep = keep or (lambda value: value is not None)
+        # A timeline asks for twenty-odd keys a request: each is spelt once, then looked up.
+        self._key_of = functools.lru_cache(maxsize=KEYS_SPELT)(self._spell)
+        functools.update_wrapper(self, read)
+
+    def key(self, *args: Hashable) -> CacheKey:
+        return self._key_of(self.canonical(*args))
+
+    def _spell(self, canonical: tuple) -> CacheKey:
+        return CacheKey(":".join((self.name, *map(str, canonical))))
+
+    def __call__(self, *args: Hashable) -> R:
+        canonical = self.canonical(*args)
+        return cache().get_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
+
+    def many(self, calls: Iterable[tuple]) -> list[R]:
+        """The results of several calls (each a tuple of arguments), asked of the cache at once."""
+        canonical = [self.canonical(*args) for args in calls]
+        keys = [self._key_of(args) for args in canonical]
+        return cache().get_many_or_compute(keys, lambda i: self.uncached(*canonical[i]), self.keep)
+
+    def __repr__(self) -> str:
+        return f"<cached read {self.name}>"
+
+
+# Every cached read, by name: the tests check each one is forgotten by the writes that change it.
+READS: dict[str, CachedRead] = {}
+
+
+def memoized(
+    name: str, canonical: Callable[..., tuple] | None = None, keep: Callable[[Any], bool] | None = None
+) -> Callable[[Callable[P, R]], CachedRead[P, R]]:
+    """Cache a read under keys ``name:arg1:arg2``; ``read.key(...)`` names them for ``forget``.
+
+    ``canonical`` maps arguments to the ones that identify a result; ``keep``
+    says which results are worth keeping (by default, anything but None).
+    """
+
+    def decorate(read: Callable[P, R]) -> CachedRead[P, R]:
+        if name in READS:
+            raise ValueError(f"two cached reads are named {name!r}")
+        READS[name] = CachedRead(name, read, canonical, keep)
+        return READS[name]
+
+    return decorate
+
+
+def forget(*keys: CacheKey) -> None:
+    """Within a write's transaction: the entries under these keys are stale once it commits."""
+    for key in keys:
+        if not isinstance(key, CacheKey):
+            raise TypeError(f"forget() takes keys made by a cached read's .key(), not {key!r}")
+    cache().forget(*keys)
+
+
+def patch(key: CacheKey, change: Callable[[Any], Any]) -> None:
+    """``forget(key)``, and where the cache can tell its entry is current, ``change(entry)`` in its place
+    (``change`` returns what a read would now, or None when it cannot tell)."""
+    if not isinstance(key, CacheKey):
+        raise TypeError(f"patch() takes a key made by a cached read's .key(), not {key!r}")
+    cache().patch(key, change)

@@ -1,0 +1,333 @@
+"""``LocalCache`` (``CACHE=local``): each process keeps its own entries, fresh by replaying the invalidation log.
+
+A write logs the keys it forgets in the ``cache_invalidations`` table, in its own transaction, and
+evicts them here once it commits; every other process replays the log at least every
+``CACHE_SYNC_INTERVAL``, and at once when the requester wrote something it has not replayed yet (or
+when the ``WriteSignal`` moved). What is computed from entries is kept by ``derived`` and
+``derived_from_keys``. Why this never serves a stale entry: docs/caching.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import sys
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import cachetools
+from sqlalchemy import bindparam, delete, func, insert, select, text
+
+from ..extensions import db
+from ..models import CacheInvalidation, utcnow
+from .backend import CacheKey, Patch, request_state
+from .write_signal import WriteSignal
+
+# Log entries are kept this long; a process that has not replayed the log for
+# half of it may have missed some, and drops its whole cache instead.
+LOG_RETENTION = timedelta(minutes=10)
+# Writes prune the log about once every this many log entries.
+PRUNE_EVERY = 500
+# The PostgreSQL advisory lock that writers of the invalidation log take in turn.
+LOG_WRITERS_LOCK = 7170637
+# Keys whose last eviction is remembered (a few dozen bytes each).
+EVICTIONS_REMEMBERED = 100_000
+# Built once on the table, as writes.py's statements are: every write sends the first, and every
+# process the second after each write anywhere.
+LOG = CacheInvalidation.__table__
+LOG_KEYS = insert(LOG).returning(LOG.c.id)
+LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
+# Which kept results each entry's eviction ends (``derived_from_keys``), at about 50 bytes a pair; past
+# this many pairs, every such result is dropped and they start afresh.
+DEPENDENCIES_REMEMBERED = 500_000
+
+
+def size_of(value: Any) -> int:
+    """Bytes an entry holds, near enough: the value, its rows and their fields (keys are short by construction)."""
+    size = sys.getsizeof(value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        for item in value:
+            size += size_of(item) if isinstance(item, tuple) else sys.getsizeof(item)
+    return size
+
+
+def own_size(value: Any) -> int:
+    """Bytes of a derived value that are its own: the tuples, text or bytes it made (its rows are entries)."""
+    size = sys.getsizeof(value)
+    if isinstance(value, tuple):  # a page in pieces (fragments.cut_at_holes), or rows (entries already)
+        size += sum(sys.getsizeof(piece) for piece in value if isinstance(piece, (str, bytes)))
+    return size
+
+
+@dataclass(slots=True)
+class Derived:
+    """A result of ``derived``: it stands while ``inputs`` are the very objects it was computed from."""
+
+    inputs: tuple
+    value: Any
+
+    def size(self) -> int:
+        return sys.getsizeof(self) + sys.getsizeof(self.inputs) + own_size(self.value)
+
+
+@dataclass(slots=True)
+class DerivedFromKeys:
+    """A result of ``derived_from_keys``: it stands until ``until``, which the eviction of any of ``keys``
+    moves to the past (its value is kept, to be compared with the next one)."""
+
+    keys: tuple
+    value: Any
+    until: float
+
+    def size(self) -> int:
+        return sys.getsizeof(self) + sys.getsizeof(self.keys) + own_size(self.value)
+
+
+class LocalCache:
+    """A per-process TTL cache, bounded in bytes, kept fresh by replaying the invalidation log."""
+
+    enabled = True
+
+    def __init__(self, max_bytes: int, ttl: float, sync_interval: float, signal: WriteSignal | None = None) -> None:
+        # What was computed from entries (a timeline merged from its authors' pages, its HTML) gets an
+        # eighth of the budget; the entries themselves the rest.
+        results_bytes = max_bytes // 8
+        self.entries: cachetools.TTLCache = cachetools.TTLCache(
+            maxsize=max_bytes - results_bytes, ttl=ttl, getsizeof=size_of
+        )
+        self.results: cachetools.LRUCache = cachetools.LRUCache(
+            maxsize=results_bytes, getsizeof=operator.methodcaller("size")
+        )
+        # For each entry key, the results of ``derived_from_keys`` computed from it, which its eviction ends.
+        self.dependents: dict[str, set[Hashable]] = {}
+        self.dependencies = 0
+        self.ttl = ttl
+        # When each key was last evicted, counted in evictions: a read that began
+        # before its key was evicted may hold stale rows and must not be stored.
+        self.evicted_at: cachetools.TTLCache = cachetools.TTLCache(maxsize=EVICTIONS_REMEMBERED, ttl=max(ttl, 60))
+        self.evictions = 0
+        self.cleared_at = 0
+        self.sync_interval = sync_interval
+        self.applied: int | None = None  # last log id replayed here
+        self.synced_at = 0.0
+        # With a signal, every process sees a committed write at its next request; without,
+        # other processes see it at their next sync, up to CACHE_SYNC_INTERVAL later.
+        self.signal = signal
+        self.fresh_everywhere = signal is not None
+        self.signalled = None if signal is None else signal.value()  # the count this process has caught up with
+        # uWSGI threads or gevent greenlets share this object; syncs must not interleave.
+        self.lock = threading.RLock()
+
+    def begin_request(self, seen_write: int | None) -> None:
+        self.sync(at_least=seen_write)
+        # This request's reads all come after the sync, so they may fill what it
+        # evicted; a key evicted after this point was changed under them, and is not stored.
+        request_state().epoch = self.evictions
+
+    def _reads_began(self) -> int:
+        """Evictions counted when this request's reads began (outside a request: now)."""
+        epoch = request_state().epoch
+        return self.evictions if epoch is None else epoch
+
+    def _none_evicted_since(self, epoch: int, keys: Iterable[str]) -> bool:
+        """Whether neither a clearing nor an eviction of any of ``keys`` came after ``epoch`` (with the lock held)."""
+        return self.evictions == epoch or (
+            self.cleared_at <= epoch and all(self.evicted_at.get(key, -1) <= epoch for key in keys)
+        )
+
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        try:
+            return self.entries[key]
+        except KeyError:
+            pass
+        epoch = self._reads_began()
+        value = compute()
+        if not keep(value):
+            return value
+        with self.lock:
+            if self._none_evicted_since(epoch, (key,)):
+                try:
+                    self.entries[key] = value
+                except ValueError:
+                    pass  # larger than the whole cache: served, not kept
+        return value
+
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        found = []
+        for i, key in enumerate(keys):
+            try:
+                found.append(self.entries[key])
+            except KeyError:
+                found.append(self.get_or_compute(key, functools.partial(compute, i), keep))
+        return found
+
+    def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
+        """Entries are immutable and a stale one is replaced, never changed: while every input is the
+        same object as before, the result is the same too. (It holds its inputs, so none of them is
+        freed and its id given to another object.)
+
+        A result equal to the one kept is returned as that very object, so what was derived from it
+        in turn still stands: an author's page read again when its TTL ends, unchanged, leaves the
+        timelines merged from it and the pages rendered from those as they were."""
+        with self.lock:
+            kept = self.results.get(key)
+        if kept is not None and len(kept.inputs) == len(inputs) and all(map(operator.is_, kept.inputs, inputs)):
+            return kept.value
+        value = compute()
+        if kept is not None and kept.value == value:
+            value = kept.value
+        with self.lock:
+            try:
+                self.results[key] = Derived(inputs, value)
+            except ValueError:
+                pass  # larger than the whole store: served, not kept
+        return value
+
+    def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
+        """An eviction of any of the keys it read ends the result (``_evict``), so a read while nothing it
+        came from changed costs one lookup, however many entries it merged. Like ``derived``, a value equal
+        to the one kept is returned as that object."""
+        now = time.monotonic()
+        with self.lock:
+            kept = self.results.get(key)
+        if kept is not None and now < kept.until:
+            return kept.value
+        epoch = self._reads_began()
+        value, keys = compute()
+        keys = tuple(keys)
+        if kept is not None and kept.value == value:
+            value = kept.value
+        with self.lock:
+            # An entry evicted since the request's reads began may have been read before its write: not kept.
+            if not self._none_evicted_since(epoch, keys):
+                return value
+            try:
+                self.results[key] = DerivedFromKeys(keys, value, now + self.ttl)
+            except ValueError:
+                return value  # larger than the whole store: served, not kept
+            if kept is not None:
+                for gone in set(kept.keys).difference(keys):  # whom one no longer follows, say
+                    dependents = self.dependents.get(gone, set())
+                    self.dependencies -= key in dependents
+                    dependents.discard(key)
+            for k in keys:
+                dependents = self.dependents.setdefault(k, set())
+                self.dependencies += key not in dependents
+                dependents.add(key)
+            if self.dependencies > DEPENDENCIES_REMEMBERED:
+                self._drop_dependents()
+        return value
+
+    def _drop_dependents(self) -> None:
+        """End every result of ``derived_from_keys`` (they are computed again as asked) and what they depend on."""
+        for dependents in self.dependents.values():
+            for key in dependents:
+                self.results.pop(key, None)
+        self.dependents.clear()
+        self.dependencies = 0
+
+    def forget(self, *keys: CacheKey) -> None:
+        """Log the keys in the current transaction; evict them here once it commits."""
+        if not keys:
+            return
+        if db.session.get_bind().dialect.name == "postgresql":
+            # sync() reads the log by id and assumes ids commit in order, as SQLite's single writer
+            # guarantees. On PostgreSQL two writers could commit out of order and a process that
+            # synced in between would skip the earlier id for good: writers of the log take turns.
+            db.session.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": LOG_WRITERS_LOCK})
+        result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
+        ids = sorted(result.scalars())
+        # Prune whenever this write's ids cross a multiple of PRUNE_EVERY, however many it logged.
+        if ids[-1] // PRUNE_EVERY != (ids[0] - 1) // PRUNE_EVERY:
+            prune_log()
+        state = request_state()
+        state.forgotten.extend(keys)
+        if state.forgotten_from is None:
+            state.forgotten_from = ids[0]
+        state.forgotten_up_to = ids[-1]
+
+    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+        self.forget(key)
+        request_state().patches.append(Patch(key, change))
+
+    def after_commit(self) -> None:
+        state = request_state()
+        if state.forgotten:
+            keys, state.forgotten = state.forgotten, []
+            first, state.forgotten_from = state.forgotten_from, None
+            state.committed_up_to, state.forgotten_up_to = state.forgotten_up_to, None
+            patches, state.patches = state.patches, []
+            with self.lock:
+                # Ids commit in order, so when this write's entries follow the last one replayed here, no
+                # one else's write lies between: every entry kept here held every write before this one.
+                alone = self.applied is not None and self.applied + 1 == first
+                held = [(patch, self.entries.get(patch.key)) for patch in patches] if alone else []
+                changed = [(patch.key, patch.change(entry)) for patch, entry in held if entry is not None]
+                self._evict(keys)
+                for key, value in changed:
+                    if value is not None:
+                        try:
+                            self.entries[key] = value
+                        except ValueError:
+                            pass  # larger than the whole cache: read again when asked for
+                if alone:
+                    # Replaying its entries would only evict again what was read or changed since.
+                    self.applied = state.committed_up_to
+                if self.signal is not None:
+                    # Before the response leaves: every later request, in any process, catches up.
+                    before = self.signal.bump()
+                    if before == self.signalled:
+                        self.signalled = before + 1  # only this write is new here, and it is evicted already
+
+    def after_rollback(self) -> None:
+        state = request_state()
+        state.forgotten, state.forgotten_from, state.forgotten_up_to, state.patches = [], None, None, []
+
+    def sync(self, at_least: int | None = None) -> None:
+        now = time.monotonic()
+        recent = self.applied is not None and now - self.synced_at < self.sync_interval
+        signalled = None if self.signal is None else self.signal.value()
+        if recent and (at_least is None or at_least <= self.applied) and signalled == self.signalled:
+            return
+        with self.lock:
+            # Read before the log: whatever bumped it had committed, so the replay below includes it.
+            self.signalled = signalled
+            if self.applied is None or now - self.synced_at > LOG_RETENTION.total_seconds() / 2:
+                # First sync, or asleep long enough to have missed pruned entries.
+                self.applied = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
+                self.entries.clear()
+                self.results.clear()
+                self.dependents.clear()
+                self.dependencies = 0
+                self.evictions += 1
+                self.cleared_at = self.evictions
+            else:
+                # Ids commit in order (see forget), so whatever committed after `applied` is above it.
+                logged = db.session.execute(LOGGED_AFTER, {"applied": self.applied}).all()
+                if logged:
+                    self._evict(row.key for row in logged)
+                    self.applied = logged[-1].id
+            self.synced_at = now
+
+    def _evict(self, keys: Iterable[str]) -> None:
+        self.evictions += 1
+        for key in keys:
+            self.entries.pop(key, None)
+            self.evicted_at[key] = self.evictions
+            dependents = self.dependents.pop(key, ())
+            self.dependencies -= len(dependents)
+            for dependent in dependents:
+                kept = self.results.get(dependent)
+                if kept is not None:
+                    kept.until = float("-inf")  # computed again when next asked for (its value kept to compare)
+
+
+def prune_log() -> None:
+    """Drop log entries nobody can still need (called now and then by writes)."""
+    db.session.execute(delete(CacheInvalidation).where(CacheInvalidation.created < utcnow() - LOG_RETENTION))

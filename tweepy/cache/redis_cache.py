@@ -1,0 +1,262 @@
+"""``RedisCache`` (``CACHE=redis``): one cache in Redis for every process of every node.
+
+Each entry is a hash under ``CACHE_KEY_PREFIX + key`` holding the value (JSON, ``codec.py``) and a
+random *generation*; a value is stored only if its generation is unchanged since the miss read it,
+and a write deletes the hashes it forgot once it commits. Evictions that Redis could not take are
+owed, recorded in the ``cache_invalidations`` table and paid before Redis is trusted again. Why no
+write leaves a stale entry however commits interleave: docs/caching.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..extensions import db
+from ..models import CacheInvalidation
+from . import codec
+from .backend import CacheKey, request_state
+
+# Keys a process may owe Redis in memory; past this it drops the whole prefix once Redis answers.
+OWED_REMEMBERED = 10_000
+# Owed evictions paid from the table per check (more wait for the next one).
+OWED_PER_CHECK = 1000
+
+log = logging.getLogger(__name__)
+
+# How long the generation made by a miss lives, unless a value is stored with it. Short, because the key
+# may be the client's choice (a name nobody has); a read that takes longer is served and not kept.
+CLAIM_TTL_MS = 10_000
+# A miss: the value if there is one, else the generation a store must still find (made if there is none).
+VALUE_OR_GENERATION = """
+local found = redis.call('HMGET', KEYS[1], 'value', 'generation')
+if found[1] then return {1, found[1]} end
+if found[2] then return {0, found[2]} end
+redis.call('HSET', KEYS[1], 'generation', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {0, ARGV[1]}
+"""
+# A store: only if no write evicted the key since its generation was read.
+STORE_IF_UNCHANGED = """
+if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'value', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+
+class RedisCache:
+    """One cache in Redis for every process of every node; docs/caching.md says why it stays fresh."""
+
+    enabled = True
+    # Every process reads the one copy, evicted as soon as a write commits.
+    fresh_everywhere = True
+
+    def __init__(self, url: str, prefix: str, ttl: float, timeout: float, sync_interval: float) -> None:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        # One retry, at once: a pooled connection that a Redis restart closed is replaced, no more.
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1)
+        )
+        self.unreachable = (redis.ConnectionError, redis.TimeoutError, OSError)
+        self.failed = (redis.RedisError, OSError)
+        self.value_or_generation = self.client.register_script(VALUE_OR_GENERATION)
+        self.store_if_unchanged = self.client.register_script(STORE_IF_UNCHANGED)
+        self.prefix = prefix
+        self.ttl_ms = max(1, int(ttl * 1000))
+        self.sync_interval = sync_interval
+        # Until Redis is known to owe nothing (at start: a process that died may have left debts),
+        # reads do not use it.
+        self.trusted = False
+        self.unreachable_until = 0.0
+        self.checked_at = float("-inf")
+        self.owed: set[str] = set()
+        self.owe_everything = False
+        self.lock = threading.Lock()
+        # One thread or greenlet of the process pays debts at a time; the others carry on.
+        self.paying = threading.Lock()
+
+    def begin_request(self, seen_write: int | None) -> None:
+        # Writers evict before their response leaves: a request only has debts to pay.
+        self.sync()
+
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        return self.get_many_or_compute([key], lambda _: compute(), keep)[0]
+
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        """One round trip for all the keys (and one more to store the misses worth keeping)."""
+        if not self.trusted:
+            self.pay_debts()
+            if not self.trusted:
+                return [compute(i) for i in range(len(keys))]
+        names = [self.prefix + key for key in keys]
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    self.value_or_generation(keys=[name], args=[secrets.token_hex(8), CLAIM_TTL_MS], client=pipe)
+                replies = pipe.execute()
+        except self.unreachable as error:
+            self._lost(error)
+            return [compute(i) for i in range(len(keys))]
+        except self.failed as error:  # out of memory under maxmemory noeviction, say: served, nothing kept
+            log.warning("read cache: Redis refused to read %s: %s", ", ".join(keys), error)
+            return [compute(i) for i in range(len(keys))]
+        values, stores = [], []
+        # A value read inside a write that has not committed may show rows that roll back.
+        storing = not request_state().forgotten
+        for i, (found, payload) in enumerate(replies):
+            if found:
+                try:
+                    values.append(codec.decode(payload))
+                    continue
+                except (ValueError, RecursionError):  # not what this code writes (older code's, anyone's): read again
+                    log.warning("read cache: cannot read the entry of %s; dropping it", keys[i])
+                    self.evict([keys[i]])
+                    values.append(compute(i))
+                    continue
+            value = compute(i)
+            values.append(value)
+            if storing and keep(value):
+                try:
+                    stores.append((names[i], payload, codec.encode(value)))
+                except TypeError as error:  # a read returning what the codec cannot write: served, not kept
+                    log.warning("read cache: cannot keep %s: %s", keys[i], error)
+        if stores:
+            self._store(stores)
+        return values
+
+    def _store(self, stores: list[tuple[str, bytes, bytes]]) -> None:
+        """Keep each (name, generation read, value), each only if its generation is unchanged."""
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for name, generation, value in stores:
+                    self.store_if_unchanged(keys=[name], args=[generation, value, self.ttl_ms], client=pipe)
+                pipe.execute()
+        except self.unreachable as error:
+            self._lost(error)
+        except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
+            log.warning("read cache: Redis refused to keep %s: %s", ", ".join(name for name, _, _ in stores), error)
+
+    def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
+        # Every read decodes new values: nothing computed from them is ever the same twice.
+        return compute()
+
+    def derived_from_keys(self, key: Hashable, compute: Callable[[], tuple[Any, Iterable[CacheKey]]]) -> Any:
+        # Another process's write evicts in Redis only: nothing here would hear of it.
+        return compute()[0]
+
+    def forget(self, *keys: CacheKey) -> None:
+        """Remember the keys; they are evicted once the transaction commits (evicting sooner would let a
+        read fill them again from rows the write has not committed yet)."""
+        request_state().forgotten.extend(keys)
+
+    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+        # Another node may have written in between, unseen from here: only a read can tell.
+        self.forget(key)
+
+    def after_commit(self) -> None:
+        state = request_state()
+        if state.forgotten:
+            keys, state.forgotten = state.forgotten, []
+            self.evict(keys)
+
+    def after_rollback(self) -> None:
+        request_state().forgotten = []
+
+    def sync(self, at_least: int | None = None) -> None:
+        """Pay the evictions anyone owes Redis, at least every ``CACHE_SYNC_INTERVAL`` (writers need nothing more)."""
+        if time.monotonic() - self.checked_at >= self.sync_interval:
+            self.pay_debts()
+
+    def evict(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        if time.monotonic() >= self.unreachable_until:
+            try:
+                self.client.delete(*(self.prefix + key for key in keys))
+                return
+            except self.failed as error:  # a timeout may have deleted them or not: they are owed either way
+                self._lost(error)
+        self._owe(keys)
+
+    def pay_debts(self) -> None:
+        """Evict what this process and the table say is owed; then Redis can be trusted again."""
+        if time.monotonic() < self.unreachable_until or not self.paying.acquire(blocking=False):
+            return
+        try:
+            self.checked_at = time.monotonic()
+            with self.lock:
+                owed, everything = set(self.owed), self.owe_everything
+            if everything:
+                self.drop_everything()
+            elif owed:
+                self.client.delete(*(self.prefix + key for key in owed))
+            # A connection of its own: this may run inside a request's transaction, which must stay its own.
+            with db.engine.begin() as connection:
+                rows = connection.execute(
+                    select(CacheInvalidation.id, CacheInvalidation.key)
+                    .order_by(CacheInvalidation.id)
+                    .limit(OWED_PER_CHECK)
+                ).all()
+                if rows:
+                    self.client.delete(*{self.prefix + row.key for row in rows})
+                    connection.execute(
+                        delete(CacheInvalidation).where(CacheInvalidation.id.in_([row.id for row in rows]))
+                    )
+            with self.lock:
+                self.owed -= owed
+                self.owe_everything &= not everything
+            if len(rows) == OWED_PER_CHECK:
+                self.checked_at = float("-inf")  # more to pay: at the next request
+            if not self.trusted:
+                log.warning("read cache: Redis answers and is owed nothing; using it again")
+            self.trusted = True
+        except self.failed as error:
+            self._lost(error)
+        except SQLAlchemyError as error:
+            # Whatever is owed cannot be read: Redis may hold stale entries, so reads keep off it.
+            log.warning("read cache: cannot read the evictions owed to Redis: %s", error)
+            self.trusted = False
+        finally:
+            self.paying.release()
+
+    def drop_everything(self) -> None:
+        """Delete every key under the prefix (and only those: the Redis may be shared)."""
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
+        batch = []
+        for name in self.client.scan_iter(match=pattern, count=1000):
+            batch.append(name)
+            if len(batch) == 1000:
+                self.client.unlink(*batch)
+                batch = []
+        if batch:
+            self.client.unlink(*batch)
+
+    def _lost(self, error: Exception) -> None:
+        if self.trusted:
+            log.warning("read cache: Redis unreachable (%s); serving from the database", error)
+        self.trusted = False
+        self.unreachable_until = time.monotonic() + self.sync_interval
+
+    def _owe(self, keys: list[str]) -> None:
+        with self.lock:
+            self.owed.update(keys)
+            if len(self.owed) > OWED_REMEMBERED:
+                self.owed.clear()
+                self.owe_everything = True
+        try:
+            with db.engine.begin() as connection:
+                connection.execute(insert(CacheInvalidation), [{"key": key} for key in keys])
+        except SQLAlchemyError as error:
+            log.warning("read cache: cannot record evictions owed to Redis (this process still owes them): %s", error)
