@@ -202,6 +202,7 @@ def test_profile_counts_lists_and_search_work_on_postgresql(pg_app):
     bob_page = alice.get("/users/bob/")
     assert profile_counts(bob_page) == {"tweets": 1, "followers": 1, "following": 1}
     assert "Follows you" in text_of(bob_page)
+    assert '<a class="mention" href="/users/alice/">@alice</a>' in text_of(bob_page)
     assert user_names(alice.get("/users/bob/followers/")) == ["alice"]
     assert user_names(alice.get("/users/bob/following/")) == ["alice"]
     # In code point order, as on SQLite: "_" (95) sorts before "f" (102), whatever the database's collation.

@@ -8,6 +8,11 @@ carries a field that changes (a like count, an edited text), its key changes
 with it and the old HTML is simply never asked for again; nothing has to be
 invalidated. The store is bounded in bytes (``FRAGMENT_CACHE_BYTES``).
 
+So nothing a fragment shows may depend on other rows. A mention ("@bob")
+links to bob's profile whenever "bob" is a name someone could register,
+whether or not anyone has (a profile of nobody is a 404), because bob may
+register after the fragment is kept.
+
 One's own tweet carries a delete button, whose form holds the page's CSRF
 token and where to go next: it is kept with two holes instead
 (``CSRF_HOLE``, ``NEXT_HOLE``), filled in once per page. The holes are
