@@ -11,7 +11,9 @@ invalidated. The store is bounded in bytes (``FRAGMENT_CACHE_BYTES``).
 So nothing a fragment shows may depend on other rows. A mention ("@bob")
 links to bob's profile whenever "bob" is a name someone could register,
 whether or not anyone has (a profile of nobody is a 404), because bob may
-register after the fragment is kept.
+register after the fragment is kept. A time is kept exact, in UTC, and made
+relative ("3 min") in the browser by ``static/tweepy.js``: made relative here,
+it would be wrong a minute later.
 
 One's own tweet carries a delete button, whose form holds the page's CSRF
 token and where to go next: it is kept with two holes instead
