@@ -90,6 +90,8 @@ def hostile_traffic(running, share: float = 1.0) -> None:
     pages = [f"users/?page={random.randint(10, LARGEST_PAGE)}" for _ in range(int(PAGES * share))]
     pages += [f"tweets/?before={random.randint(1, 10**12)}" for _ in range(int(PAGES * share))]
     pages += [f"users/user3/?before={random.randint(1, 10**12)}" for _ in range(int(PAGES * share))]
+    pages += [f"users/?q={random_name(32)}" for _ in range(int(PAGES * share))]
+    pages += [f"users/user3/followers/?after={random.randint(1, 10**12)}" for _ in range(int(PAGES * share))]
     cookies = dict(reader.http.cookies)
 
     def status(path: str) -> int:
@@ -363,6 +365,48 @@ def test_paging_parameters_are_a_page_or_a_400(served, someone, page, before):
             continue
         valid = value is None or page_number_is_valid(value, largest)
         assert answer.status_code == (200 if valid else 400), path
+
+
+def received_args(params: list[tuple[str, object]]):
+    """The query arguments as the app reads them (werkzeug's own decoding)."""
+    return Request.from_values(query_string=urlencode(params)).args
+
+
+@given(query=field, after=field)
+@EXAMPLES
+def test_a_search_of_any_content_is_a_page_or_a_400(served, someone, query, after):
+    params = form(q=query, after=after)
+    answer = never_5xx(someone.http.get(served.url + "users/", params=params, allow_redirects=False, timeout=30))
+    if len(answer.request.path_url) > 8192:
+        assert answer.status_code == 414, "nginx refuses a URL over 8 KiB"
+        return
+    args = received_args(params)
+    q, after = args.get("q", "").strip(), args.get("after", "")
+    if not q:
+        valid = True  # the users list, which ignores ``after``
+    else:
+        valid = len(q) <= 32 and (not after or re.fullmatch(r"[A-Za-z0-9_]{3,32}", after) is not None)
+    assert answer.status_code == (200 if valid else 400), (q, after)
+
+
+@given(
+    name=st.one_of(text, valid_name, st.sampled_from(["user3", "USER3"])),
+    listing=st.sampled_from(["followers", "following"]),
+    after=st.one_of(field, digits),
+)
+@EXAMPLES
+def test_followers_and_following_of_any_name_and_start_are_a_page_or_a_4xx(served, someone, name, listing, after):
+    path = f"users/{quote(name, safe='')}/{listing}/"
+    params = form(after=after)
+    answer = never_5xx(someone.http.get(served.url + path, params=params, allow_redirects=False, timeout=30))
+    if answer.status_code == 200:
+        assert name.lower() == "user3" or re.fullmatch(r"[A-Za-z0-9_]{3,32}", name)
+        raw = received_args(params).get("after")
+        assert raw is None or page_number_is_valid(raw, LARGEST_ID)
+    else:
+        # 404: nobody of that name; 400: a bad start; 414: a URL nginx will not take; 3xx/405: a
+        # path that "..", once resolved, turned into another page.
+        assert answer.status_code in (301, 302, 308, 400, 404, 405, 414), answer.status_code
 
 
 def forged_session(user_id: int) -> str:

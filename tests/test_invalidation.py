@@ -32,6 +32,12 @@ def test_a_write_that_forgets_nothing_is_caught(monkeypatch):
         run_state_machine_as_test(InvalidationWorld, settings=settings(QUICK, phases=[Phase.generate]))
 
 
+def test_a_write_that_leaves_a_count_wrong_is_caught(monkeypatch):
+    monkeypatch.setattr(writes, "delete_tweet", lambda user_id, tweet_id: None)  # deletes nothing
+    with pytest.raises(AssertionError, match="counts"):
+        run_state_machine_as_test(InvalidationWorld, settings=settings(QUICK, phases=[Phase.generate]))
+
+
 def test_every_cached_read_is_checked():
     """A new @memoized read must be given its arguments in ``possible_args`` (tests/helpers/invalidation.py)."""
     assert set(possible_args([])) == set(cache.READS)

@@ -62,6 +62,27 @@ def test_following_and_user_lookups_use_keys(plans):
         assert "SCAN" not in plan
 
 
+def test_profile_counts_are_index_ranges_without_scanning_a_table(plans):
+    (plan,) = plans(queries.profile_of, 1, 2)
+    assert "SCAN" not in plan.replace("SCAN CONSTANT ROW", "")
+    assert "USING COVERING INDEX ix_tweets_author_id_id" in plan  # tweets counted in the index alone
+    assert "ix_follows_followed_id_follower_id" in plan  # followers
+
+
+def test_followers_and_following_pages_are_ranges_of_the_follows_keys(plans):
+    for read in (queries.followers_of, queries.followed_by):
+        for plan in plans(read, 1) + plans(read, 1, 40):
+            assert "SCAN" not in plan, plan
+            assert "TEMP B-TREE" not in plan, "the key gives the order: nothing to sort"
+
+
+def test_finding_someone_is_a_range_of_the_lower_case_name_index(plans):
+    for plan in plans(queries.users_named_from, "User") + plans(queries.users_named_from, "us", "user1"):
+        assert "SCAN" not in plan, plan
+        assert "USING INDEX uq_users_name_lower" in plan
+        assert "TEMP B-TREE" not in plan, "the index gives the order: nothing to sort"
+
+
 def test_before_the_index_migration_the_timeline_scans_tweets(make_app, plans):
     """At revision 0002, before the timeline indexes, the check above can fail, and does.
 
@@ -83,12 +104,12 @@ def test_flask_explain_shows_the_scan_before_the_index_migration_and_the_index_a
     assert runner.invoke(args=["seed", "--users", "50", "--tweets", "2000", "--follows", "5"]).exit_code == 0
     at_head = runner.invoke(args=["explain", "--user", "3"])
     assert at_head.exit_code == 0, at_head.output
-    assert "schema at 0003" in at_head.output
+    assert "schema at 0004" in at_head.output
     assert "a timeline's first page: timeline_of(3,), 1 statement(s)" in at_head.output
     assert "USING INDEX ix_tweets_author_id_id" in at_head.output and "SCAN tweets" not in at_head.output
     with app.app_context():
         downgrade(revision="0002")
-    # A process of its own, as `make explain` is: a connection keeps the plans it made at 0003.
+    # A process of its own, as `make explain` is: a connection keeps the plans it made at head.
     settings = ("DATABASE_URL", "INSTANCE_PATH", "SECRET_KEY", "BCRYPT_LOG_ROUNDS", "TESTING")
     before = (
         create_app({name: app.config[name] for name in settings})

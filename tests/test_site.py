@@ -25,6 +25,8 @@ CONTRACT = {
     ("/tweets/<int:tweet_id>/delete", frozenset({"POST"})),
     ("/users/", frozenset({"GET"})),
     ("/users/<name>/", frozenset({"GET"})),
+    ("/users/<name>/followers/", frozenset({"GET"})),
+    ("/users/<name>/following/", frozenset({"GET"})),
     ("/users/<name>/follow", frozenset({"POST"})),
     ("/users/<name>/unfollow", frozenset({"POST"})),
     ("/healthz", frozenset({"GET"})),
@@ -233,6 +235,16 @@ def test_json_post_without_csrf_token_is_400_not_500(app, alice, body):
     response = alice.client.post("/tweets/", data=body, content_type="application/json")
     assert response.status_code == 400
     assert count(app, Tweet) == 0
+
+
+def test_every_page_loads_its_one_script_from_this_site_and_holds_none_inline(alice):
+    page = text_of(alice.get("/tweets/"))
+    assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/tweepy.js" defer>']
+    script = alice.get("/static/tweepy.js")
+    assert script.status_code == 200 and script.mimetype in ("text/javascript", "application/javascript")
+    # The policy that lets it run lets nothing inline run.
+    policy = alice.get("/tweets/").headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "unsafe-inline" not in policy
 
 
 def test_pages_load_nothing_from_other_sites(alice):

@@ -8,7 +8,9 @@ import pytest
 from helpers.browser import sign_up
 from helpers.pages import csrf_token, errors, form_actions, forms_of, link, text_of, tweet_ids, tweet_texts
 from helpers.stored import add_follow, add_tweets, add_users, count, tweets_by, user_id
+from sqlalchemy import select
 
+from tweepy.extensions import db
 from tweepy.models import Tweet
 
 
@@ -33,6 +35,16 @@ def test_a_refused_tweet_comes_back_in_the_box_with_its_reason_and_a_fresh_box_i
     assert "aria-invalid" not in fresh and "x" * 281 not in fresh
     assert "What&#39;s happening?</label>" in fresh
     assert re.search(r'<textarea id="tweet" maxlength="280" name="tweet" required>\s*</textarea>', fresh)
+
+
+def test_a_tweet_carries_its_exact_utc_time_for_the_browser_to_show_relative(app, alice):
+    post_tweet(alice, "now")
+    with app.app_context():
+        posted = db.session.scalar(select(Tweet.posted))
+    exact = f"{posted:%Y-%m-%d %H:%M}"
+    assert f'<time datetime="{posted.isoformat()}Z" title="{exact} UTC">{exact}</time>' in text_of(
+        alice.get("/tweets/")
+    )
 
 
 def test_timeline_shows_own_and_followed_tweets_newest_first_and_not_others(app, alice):

@@ -210,7 +210,7 @@ def test_make_explain_shows_a_stages_plans_on_the_database_make_run_serves(tmp_p
     assert before.returncode == 0, before.stderr
     assert "schema at 0002" in before.stdout and "SCAN tweets" in before.stdout
     after = subprocess.run([*explain, "3"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "schema at 0003" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
+    assert "schema at 0004" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
     assert "SCAN tweets" not in after.stdout
 
 

@@ -10,6 +10,11 @@ from a row (the macro escapes the text; names and dates have no ``<``), so nothi
 
 A page then joins strings it already has; the joined list, and the whole first page of a timeline
 (``kept_page``), are kept too while their rows are the very tuple the read cache holds.
+
+Nothing a fragment shows may depend on other rows: a mention ("@bob") links to bob's profile
+whenever "bob" is a name someone could register, whether or not anyone has (a profile of nobody
+is a 404). A time is kept exact, in UTC, and made relative ("3 min") in the browser by
+``static/tweepy.js``.
 """
 
 from __future__ import annotations

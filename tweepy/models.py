@@ -8,7 +8,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, func
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql.functions import GenericFunction
 
 from .extensions import db
 
@@ -20,6 +22,28 @@ ID = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+class lower_bytewise(GenericFunction):  # noqa: N801 (named as SQL functions are)
+    """``lower(x)``, compared and ordered code point by code point on every database.
+
+    A prefix of a name is then a range (``p <= lower(name) < p || '\x7f'``, name characters being
+    ASCII below DEL). SQLite compares that way already; PostgreSQL compares by the database's
+    collation, where "en_US" ignores the underscore at first, so there it is ``COLLATE "C"``.
+    """
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(lower_bytewise)
+def _lower(element, compiler, **kw) -> str:
+    return f"lower({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(lower_bytewise, "postgresql")
+def _lower_in_c_collation(element, compiler, **kw) -> str:
+    return f'lower({compiler.process(element.clauses, **kw)}) COLLATE "C"'
 
 
 class User(db.Model):
@@ -36,6 +60,9 @@ class User(db.Model):
     __table_args__ = (
         # "Bob" and "bob" would be two people who look like one: names are unique whatever their case.
         Index("uq_users_name_lower", func.lower(name), unique=True),
+        # Finding someone by a prefix of their name. On SQLite the index above serves (it is in code
+        # point order already); PostgreSQL's is in the database's collation, which a range may not use.
+        Index("ix_users_name_lower_c", lower_bytewise(name)).ddl_if(dialect="postgresql"),
     )
 
 

@@ -24,6 +24,11 @@ def tweet_id_arg(name: str) -> int | None:
     return _positive_int(name, LARGEST_ID)
 
 
+def user_id_arg(name: str) -> int:
+    """Where a keyset page of users starts (after this id; 0, the start, when absent)."""
+    return _positive_int(name, LARGEST_ID) or 0
+
+
 def page_arg() -> int:
     return _positive_int("page", LARGEST_PAGE) or 1
 

@@ -16,11 +16,11 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from flask import Flask, current_app
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, exists, func, select
 
 from .cache import CacheKey, cache, memoized, row_type
 from .extensions import db
-from .models import Follow, ThrottleEvent, Tweet, User
+from .models import Follow, ThrottleEvent, Tweet, User, lower_bytewise
 
 # The names registration accepts: ASCII only, so lower-casing is plain ASCII too.
 NAME = re.compile(r"[A-Za-z0-9_]{3,32}")
@@ -39,6 +39,16 @@ class Account(NamedTuple):
     id: int
     name: str
     session_epoch: int
+
+
+class Profile(NamedTuple):
+    """What a profile says of its user besides their tweets."""
+
+    joined: datetime
+    tweets: int
+    followers: int
+    following: int
+    follows_viewer: bool
 
 
 @row_type
@@ -70,6 +80,43 @@ FOLLOWS_ONE = select(FOLLOWS.c.follower_id).where(
 FOLLOWED_BY = select(FOLLOWS.c.followed_id).where(FOLLOWS.c.follower_id == bindparam("user_id"))
 USERS_PAGE = select(USERS.c.id, USERS.c.name).order_by(USERS.c.id).limit(bindparam("size")).offset(bindparam("skip"))
 USERS_BEFORE = select(func.count()).select_from(USERS).where(USERS.c.id < bindparam("user_id"))
+# A profile's counts, each one range of an index (tweets by author; follows by followed; follows by follower).
+PROFILE = select(
+    USERS.c.created,
+    select(func.count()).where(TWEETS.c.author_id == bindparam("user_id")).scalar_subquery(),
+    select(func.count()).where(FOLLOWS.c.followed_id == bindparam("user_id")).scalar_subquery(),
+    select(func.count()).where(FOLLOWS.c.follower_id == bindparam("user_id")).scalar_subquery(),
+    exists().where(FOLLOWS.c.follower_id == bindparam("user_id"), FOLLOWS.c.followed_id == bindparam("viewer_id")),
+).where(USERS.c.id == bindparam("user_id"))
+
+
+def _people_page(side, other_side):
+    """A page of the users on ``side`` of the follows whose ``other_side`` is the user, in id order after ``after``."""
+    return (
+        select(USERS.c.id, USERS.c.name)
+        .join(FOLLOWS, side == USERS.c.id)
+        .where(other_side == bindparam("user_id"), side > bindparam("after"))
+        .order_by(side)
+        .limit(bindparam("size"))
+    )
+
+
+FOLLOWERS_PAGE = _people_page(FOLLOWS.c.follower_id, FOLLOWS.c.followed_id)
+FOLLOWING_PAGE = _people_page(FOLLOWS.c.followed_id, FOLLOWS.c.follower_id)
+
+
+def _names_from():
+    """A page of the users whose lower-cased name lies in [prefix, past_prefix), in name order past ``after``."""
+    key = lower_bytewise(USERS.c.name)
+    return (
+        select(USERS.c.id, USERS.c.name)
+        .where(key >= bindparam("prefix"), key < bindparam("past_prefix"), key > bindparam("after"))
+        .order_by(key)
+        .limit(bindparam("size"))
+    )
+
+
+NAMES_FROM = _names_from()
 RECENT_EVENTS = (
     select(func.count())
     .select_from(EVENTS)
@@ -224,6 +271,49 @@ def users_page(page: int) -> tuple[UserRow, ...]:
     size = page_size()
     rows = db.session.execute(USERS_PAGE, {"size": size, "skip": (page - 1) * size}).all()
     return tuple(UserRow(*row) for row in rows)
+
+
+def profile_of(user_id: int, viewer_id: int | None) -> Profile | None:
+    """A profile's counts, counted afresh, and whether the user follows the viewer.
+
+    Never cached: only the profile page shows them, so no write has a key more to forget and
+    the protocol's writes cost what they did; and a count read now cannot drift.
+    """
+    row = db.session.execute(PROFILE, {"user_id": user_id, "viewer_id": viewer_id or 0}).one_or_none()
+    return Profile(*row) if row else None
+
+
+def followers_of(user_id: int, after: int = 0) -> tuple[UserRow, ...]:
+    """A page of who follows the user, by id from ``after`` on (never cached, as ``profile_of``)."""
+    rows = db.session.execute(FOLLOWERS_PAGE, {"user_id": user_id, "after": after, "size": page_size()})
+    return tuple(UserRow(*row) for row in rows.all())
+
+
+def followed_by(user_id: int, after: int = 0) -> tuple[UserRow, ...]:
+    """A page of whom the user follows, by id from ``after`` on (never cached, as ``profile_of``)."""
+    rows = db.session.execute(FOLLOWING_PAGE, {"user_id": user_id, "after": after, "size": page_size()})
+    return tuple(UserRow(*row) for row in rows.all())
+
+
+# Past every character a name can hold once lower-cased ([0-9_a-z]), in code point order.
+PAST_NAME_CHARACTERS = "\x7f"
+NAME_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
+
+
+def users_named_from(prefix: str, after: str = "") -> tuple[UserRow, ...]:
+    """A page of the users whose name starts with ``prefix``, whatever its case, in name order past ``after``.
+
+    A range of the lower-cased names, so an underscore is an underscore (no LIKE, no wildcard to
+    escape); a prefix no name can start with finds nobody without asking the database. Never
+    cached: the prefix is whatever a visitor types.
+    """
+    if NAME_PREFIX.fullmatch(prefix) is None:
+        return ()
+    prefix = prefix.lower()
+    after = after.lower() if is_possible_name(after) else ""
+    bounds = {"prefix": prefix, "past_prefix": prefix + PAST_NAME_CHARACTERS, "after": after}
+    rows = db.session.execute(NAMES_FROM, {**bounds, "size": page_size()})
+    return tuple(UserRow(*row) for row in rows.all())
 
 
 def users_page_listing(user_id: int) -> int:

@@ -25,6 +25,7 @@ LINKED = {
     "logout": ("auth.logout", {}),
     "register": ("auth.register", {}),
     "stylesheet": ("static", {"filename": "style.css"}),
+    "script": ("static", {"filename": "tweepy.js"}),
 }
 
 

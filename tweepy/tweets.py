@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from flask import Blueprint, current_app, redirect, render_template, url_for
 from flask_login import current_user, login_required
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from . import fragments, queries, site, writes
 from .forms import ActionForm, TweetForm
@@ -12,6 +14,24 @@ from .navigation import go_back
 from .paging import LARGEST_ID, older_tweets_url, tweet_id_arg
 
 bp = Blueprint("tweets", __name__, url_prefix="/tweets")
+
+
+# "@name" where name could be registered (queries.NAME), not inside a longer word or an email address.
+MENTION = re.compile(r"(?<![A-Za-z0-9_@])@([A-Za-z0-9_]{3,32})(?![A-Za-z0-9_@])")
+
+
+@bp.app_template_filter()
+def mentions(text: str, profiles: str) -> Markup:
+    """The tweet's text, escaped, with every "@name" a name could be linked to that profile.
+
+    Whether the user exists is not asked: the link depends on the text alone, so a kept
+    fragment stays right when that name registers later (until then, the profile is a 404).
+    """
+    if "@" not in text:
+        return escape(text)
+    parts = MENTION.split(text)  # text, name, text, name, ..., text
+    link = Markup('<a class="mention" href="{}{}/">@{}</a>')
+    return Markup("").join(link.format(profiles, part, part) if i % 2 else escape(part) for i, part in enumerate(parts))
 
 
 @bp.app_template_global()

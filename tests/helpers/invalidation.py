@@ -2,12 +2,14 @@
 
 Used by tests/test_invalidation.py for every cache backend: between writes, every cached
 read is asked for every argument it can take, and whatever the cache holds must equal
-what the database says now.
+what the database says now. The world also keeps its own tally of what each write should
+change on the profiles (tweets, followers, following), and every profile must show it.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from flask_migrate import upgrade
@@ -59,6 +61,9 @@ class InvalidationWorld(RuleBasedStateMachine):
         self.context = self.app.app_context()
         self.context.push()
         upgrade()
+        # What the profiles should count, by user id, as the writes below say; and who follows whom.
+        self.counted: dict[int, Counter] = {}
+        self.following: set[tuple[int, int]] = set()
 
     def teardown(self) -> None:
         db.session.remove()
@@ -79,9 +84,11 @@ class InvalidationWorld(RuleBasedStateMachine):
     def register(self, name: str) -> None:
         if queries.is_possible_name(name):
             try:
-                writes.register(name, f"{name}@example.com", PASSWORD_HASH, "192.0.2.1")
+                account = writes.register(name, f"{name}@example.com", PASSWORD_HASH, "192.0.2.1")
             except errors.Taken:
                 pass
+            else:
+                self.counted[account.id] = Counter()
         self.finish()
 
     @precondition(lambda self: self.user_ids())
@@ -89,6 +96,7 @@ class InvalidationWorld(RuleBasedStateMachine):
     def post_tweet(self, data) -> None:
         author = data.draw(st.sampled_from(self.user_ids()))
         writes.post_tweet(author, f"tweet {len(self.tweets())}")
+        self.counted[author]["tweets"] += 1
         self.finish()
 
     @precondition(lambda self: self.tweets())
@@ -96,6 +104,7 @@ class InvalidationWorld(RuleBasedStateMachine):
     def delete_tweet(self, data) -> None:
         tweet_id, author = data.draw(st.sampled_from(self.tweets()))
         writes.delete_tweet(author, tweet_id)
+        self.counted[author]["tweets"] -= 1
         self.finish()
 
     @precondition(lambda self: len(self.user_ids()) >= 2)
@@ -103,6 +112,10 @@ class InvalidationWorld(RuleBasedStateMachine):
     def follow(self, data) -> None:
         follower, followed = data.draw(st.permutations(self.user_ids()))[:2]
         writes.follow(follower, followed)
+        if (follower, followed) not in self.following:
+            self.following.add((follower, followed))
+            self.counted[follower]["following"] += 1
+            self.counted[followed]["followers"] += 1
         self.finish()
 
     @precondition(lambda self: self.user_ids())
@@ -121,6 +134,10 @@ class InvalidationWorld(RuleBasedStateMachine):
     def unfollow(self, data) -> None:
         follower, followed = data.draw(st.permutations(self.user_ids()))[:2]
         writes.unfollow(follower, followed)
+        if (follower, followed) in self.following:
+            self.following.discard((follower, followed))
+            self.counted[follower]["following"] -= 1
+            self.counted[followed]["followers"] -= 1
         self.finish()
 
     # --- the check ----------------------------------------------------------------
@@ -136,6 +153,15 @@ class InvalidationWorld(RuleBasedStateMachine):
                     fresh = read.uncached(*read.canonical(*args))
                     assert kept[key] == fresh, f"{key} is stale: a write changed it without forgetting it"
                 read(*args)  # keep it for the next write to make stale
+        self.finish()
+
+    @invariant()
+    def every_profile_counts_exactly_what_the_writes_changed(self) -> None:
+        assert set(self.counted) == set(self.user_ids()), "a write added or removed someone unseen"
+        for user, counted in self.counted.items():
+            profile = queries.profile_of(user, None)
+            shown = {"tweets": profile.tweets, "followers": profile.followers, "following": profile.following}
+            assert shown == {"tweets": 0, "followers": 0, "following": 0, **counted}, f"user {user}'s counts"
         self.finish()
 
 

@@ -76,3 +76,9 @@ def user_names(response) -> list[str]:
 def without_csrf_tokens(response) -> str:
     """The page with its CSRF tokens blanked: they are signed with the time, the rest should not vary."""
     return _CSRF_TOKEN.sub('name="csrf_token" type="hidden" value=""', text_of(response))
+
+
+def profile_counts(response) -> dict[str, int]:
+    """The counts a profile shows: tweets, followers and following."""
+    found = re.findall(r"<strong>(\d+)</strong> (tweets?|followers?|following)\b", text_of(response))
+    return {(kind if kind.endswith(("s", "following")) else kind + "s"): int(n) for n, kind in found}
