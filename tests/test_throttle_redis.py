@@ -83,7 +83,7 @@ def test_failed_logins_are_counted_in_redis_and_refused_on_every_node(two_nodes)
         refused = from_address(app, "198.51.100.99").login("alice", PASSWORD)
         assert refused.status_code == 429
         assert int(refused.headers["Retry-After"]) > 0
-        assert "Too many failed logins for this account." in errors(refused)[0]
+        assert "Too many failed logins for this account" in errors(refused)[0]
     assert count(apps[A], ThrottleEvent) == 0, "not a row in the database"
     counts = counts_of(apps[A])
     assert counts.client.zcard(counts.name(throttle.FAILED_LOGIN_BY_ACCOUNT, "alice")) == 3
@@ -122,10 +122,11 @@ def test_the_counts_live_apart_from_the_cache_and_survive_its_drop(two_nodes, pr
     assert keys_under(client, f"throttle:{prefix}") == {
         f"throttle:{prefix}{throttle.FAILED_LOGIN_BY_ACCOUNT}:alice",
         f"throttle:{prefix}{throttle.FAILED_LOGIN_BY_ADDRESS}:{ATTACKER}",
+        f"throttle:{prefix}{throttle.FAILED_LOGIN_FROM_HERE}:{throttle.from_here('alice', ATTACKER)}",
     }
 
     apps[A].extensions["tweepy_cache"].drop_everything()
-    assert len(keys_under(client, f"throttle:{prefix}")) == 2
+    assert len(keys_under(client, f"throttle:{prefix}")) == 3
 
 
 # --- they expire -----------------------------------------------------------------------
@@ -173,7 +174,7 @@ def test_with_redis_unreachable_failed_logins_are_counted_and_refused_from_the_d
         assert from_address(app, ATTACKER).login("alice", "wrong guess").status_code == 401
     refused = from_address(app, ATTACKER).login("alice", PASSWORD)
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) > 0
-    assert count(app, ThrottleEvent) == 6, "each failure against the account and the address"
+    assert count(app, ThrottleEvent) == 9, "each failure against the account, from here and in all, and the address"
     assert len(warned) == 1 and "unreachable" in warned[0], "one warning an outage, not one a request"
 
 
@@ -198,9 +199,9 @@ def test_after_an_outage_the_counts_go_back_to_redis(two_nodes, monkeypatch):
 
     counts.client = throttle.RedisCounts(f"redis://127.0.0.1:{closed_port()}/0", "", 0.05).client
     from_address(app, ATTACKER).login("alice", "wrong guess")
-    assert count(app, ThrottleEvent) == 2, "the account and the address, in the database meanwhile"
+    assert count(app, ThrottleEvent) == 3, "the account from here and in all, the address: in the database meanwhile"
 
     counts.client = reachable
     from_address(app, ATTACKER).login("alice", "wrong guess")
     assert reachable.zcard(alices) == 2
-    assert count(app, ThrottleEvent) == 2
+    assert count(app, ThrottleEvent) == 3

@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.run([str(BIN / "flask"), "--app", "tweepy", "explain"], env=env, cwd=ROOT).returncode
     print(f"==> stage {stage.label}: starting, runtime files under {VAR.relative_to(ROOT)}/")
     # Served on loopback for one person and their load generator (`make locust`), whose
-    # thousands of simulated sign-ups come from this one address: counted, never refused.
+    # thousands of simulated sign-ups come from this one address: never counted nor refused by address.
     local = {"TWEEPY_UNTHROTTLED_ADDRESSES": LOAD_GENERATOR_ADDRESS}
     running = start(stage, port=args.port, seed=args.seed.split(), env=local)
     print(f"==> stage {stage.label} is up at {running.url}  (Ctrl-C stops it)", flush=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import cache, cli, config, db_tuning, fragments, passwords, signing, throttle
+from . import cache, cli, config, db_tuning, devices, fragments, passwords, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 # Hooks, views and handlers whose answer to "is it a coroutine function?" is kept (there are a dozen).
@@ -52,6 +52,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     passwords.init_app(app)
     cache.init_app(app)
     throttle.init_app(app)
+    devices.init_app(app)
     fragments.init_app(app)
     register_blueprints(app)
     register_worker_header(app)

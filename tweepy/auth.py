@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
 from flask_login import UserMixin, current_user, login_user, logout_user
 
-from . import queries, site, throttle, writes
+from . import devices, queries, site, throttle, writes
 from .cache import cache
 from .errors import Busy, Taken, TooMany
 from .extensions import login_manager
@@ -55,7 +55,7 @@ def start_session(account: queries.Account) -> None:
 
 def refused_form(template: str, form, field, refusal: TooMany):
     """The form again, saying why it was refused and when to try again (429, or 503 when busy)."""
-    field.errors.append(str(refusal))
+    field.errors = [*field.errors, str(refusal)]  # a tuple until the form is validated
     return render_template(template, form=form), site.status_of(refusal), site.retry_after(refusal)
 
 
@@ -66,24 +66,25 @@ def login():
     form = LoginForm(next=request.args.get("next"))
     if not form.validate_on_submit():
         return render_template("login.html", form=form), 400 if request.method == "POST" else 200
-    address = throttle.client_address()
+    name = form.name.data
     try:
-        throttle.check_login(form.name.data, address)
+        attempt = throttle.begin_login(name, throttle.client_address(), devices.known_device(name))
     except TooMany as refusal:
         return refused_form("login.html", form, form.password, refusal)
-    found = queries.credentials_of(form.name.data)
+    found = queries.credentials_of(name)
     account, password_hash = found if found else (None, None)
     try:
         with connection_given_back():
             matches = password_matches(password_hash, form.password.data)
     except Busy as busy:
+        attempt.withdraw()  # never tried
         return refused_form("login.html", form, form.password, busy)
     if not matches:
-        writes.note_failed_login(form.name.data, address)
         form.password.errors.append("Wrong name or password.")
         return render_template("login.html", form=form), 401
+    attempt.succeeded()
     start_session(account)
-    return go_back(form.next.data, "tweets.timeline")
+    return devices.remember_device(go_back(form.next.data, "tweets.timeline"), account.name)
 
 
 @bp.route("/register/", methods=["GET", "POST"])
@@ -91,19 +92,20 @@ def register():
     if current_user.is_authenticated:
         return redirect(url_for("tweets.timeline"), code=303)
     form = RegisterForm()
-    if form.validate_on_submit():
-        address = throttle.client_address()
+    if form.is_submitted():
+        # Counted before the form is checked: whether a name or email is taken is an answer too.
         try:
-            throttle.check_registration(address)
+            throttle.begin_registration(throttle.client_address())
         except TooMany as refusal:
             return refused_form("register.html", form, form.name, refusal)
+    if form.validate_on_submit():
         try:
             with connection_given_back():
                 password_hash = hash_password(form.password.data)
         except Busy as busy:
             return refused_form("register.html", form, form.password, busy)
         try:
-            account = writes.register(form.name.data, form.email.data, password_hash, address)
+            account = writes.register(form.name.data, form.email.data, password_hash)
         except Taken as taken:
             getattr(form, taken.field).errors.append(str(taken))
         else:

@@ -40,7 +40,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HASH_WAIT_S", 3.0, "Longest a login waits for a hashing slot, from when nginx got it; then 503"),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
-        "LOGIN_FAILURES_PER_ACCOUNT", 10, "Failed logins an account may have in the window before logins are refused"
+        "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",
+        10,
+        "Failed logins an account may have from one address (or one device it knows) in the window",
+    ),
+    Setting(
+        "LOGIN_FAILURES_PER_ACCOUNT",
+        100,
+        "Failed logins an account may have in the window from all addresses; its known devices may still log in",
     ),
     Setting("LOGIN_FAILURES_PER_ADDRESS", 100, "Failed logins one client address may have in the window"),
     Setting("LOGIN_FAILURE_WINDOW_S", 900, "The window failed logins are counted in, in seconds"),
@@ -49,7 +56,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "UNTHROTTLED_ADDRESSES",
         "",
-        "Comma-separated addresses counted but never refused per address (a load generator)",
+        "Comma-separated addresses never counted nor refused per address (a load generator on loopback)",
     ),
     Setting(
         "THROTTLE_IN_REDIS",

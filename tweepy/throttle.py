@@ -1,54 +1,68 @@
-"""Limits on failed logins and registrations, checked before any password is hashed.
+"""Limits on logins and registrations, counted before any password is hashed.
 
 A hash costs about a quarter of a second of CPU at bcrypt's default cost, so
 a client that may try passwords without limit can both guess them and keep
-the machine busy. A failed login counts against the account and against the
-client's address; a registration against the address. Successful logins
-never count. The counts are rows of ``throttle_events`` (written by
-``writes.py``), so every process, and every node sharing the database, sees
-the same ones; they are checked with one indexed count each.
+the machine busy. Yet a limit anyone can reach is a way to lock others out,
+so each one is drawn around the people who pay for it:
 
-With ``THROTTLE_IN_REDIS`` they live in the Redis of ``CACHE_URL`` instead
-(``RedisCounts``), shared by every node just the same and costing the
-database nothing: per kind and subject, one sorted set of attempt times
-(each node's clock, as the rows' are), trimmed to the window whenever it is read or added to, under
-``throttle:`` + ``CACHE_KEY_PREFIX`` (so deployments sharing a Redis stay
-apart, and the cache's drop of its own prefix never touches them). While
-that Redis cannot be reached, attempts are counted and checked in the
-database, as without the setting. The two stores' counts do not add up, so
-an outage can give a guesser a second quota for as long as it lasts, no
-more. Each set expires one window after its last attempt; Redis must not
-drop them sooner: under ``maxmemory`` with ``volatile-lru`` (the cache's
-advice) they are as evictable as cached pages, and an evicted set is a
-fresh quota, so give Redis the memory to keep them (or ``noeviction``).
+* a login from a device that logged in to the account before (its signed
+  device cookie, ``devices.py``) counts against that device only: nobody
+  else's failures ever refuse it;
+* any other login counts against the account from this address (a person
+  mistyping), the address (one client guessing many accounts) and the
+  account (guesses spread over many addresses): a limit set far above what
+  one person types, which slows guessing and leaves devices known to the
+  account alone.
 
-Addresses in ``UNTHROTTLED_ADDRESSES`` are counted like any other but never
-refused: a load generator plays thousands of people from one address. The
-per-account limit holds for everyone.
+An attempt is counted before its hash and taken back when it succeeds (a
+successful login also clears its device's or its address's failures), or
+when it is refused: so concurrent guesses are hashed at most a limit's worth,
+and refused ones do not push a window further out. A registration counts
+before the form says whether a name or email is taken.
+
+The counts are rows of ``throttle_events`` (written by ``writes.py``), so
+every process, and every node sharing the database, sees the same ones,
+committed before they are counted. With ``THROTTLE_IN_REDIS`` they live in the
+Redis of ``CACHE_URL`` instead (``RedisCounts``), shared by every node just
+the same and costing the database nothing: per kind and subject, one sorted
+set of attempt times (each node's clock, as the rows' are), trimmed to the
+window, added to and counted in one transaction, under ``throttle:`` +
+``CACHE_KEY_PREFIX`` (so deployments sharing a Redis stay apart, and the
+cache's drop of its own prefix never touches them). While that Redis cannot
+be reached, attempts are counted and checked in the database, as without the
+setting. The two stores' counts do not add up, so an outage can give a
+guesser a second quota for as long as it lasts, no more. Each set expires one
+window after its last attempt; Redis must not drop them sooner: under
+``maxmemory`` with ``volatile-lru`` (the cache's advice) they are as
+evictable as cached pages, and an evicted set is a fresh quota, so give
+Redis the memory to keep them (or ``noeviction``).
+
+Addresses in ``UNTHROTTLED_ADDRESSES`` are neither counted nor refused per
+address: a load generator plays thousands of people from one address. The
+limits per account hold for everyone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import Flask, current_app, request
 
-from . import queries
+from . import queries, writes
 from .errors import TooMany
 from .models import utcnow
 
 FAILED_LOGIN_BY_ACCOUNT = "login-account"
 FAILED_LOGIN_BY_ADDRESS = "login-address"
+FAILED_LOGIN_FROM_HERE = "login-here"  # per account and address
+FAILED_LOGIN_ON_DEVICE = "login-device"  # per account and known device
 REGISTRATION = "register-address"
-# Writes drop events older than the longest window about once every this many events.
-PRUNE_EVERY = 500
-LONGEST_WINDOW = timedelta(days=1)
 # After Redis fails to answer, a process counts in the database this long before asking it
 # again, so during an outage only one request a process a second waits for the timeout.
 REDIS_RETRY_S = 1.0
@@ -67,18 +81,25 @@ class Limit:
 def _limits() -> dict[str, Limit]:
     config = current_app.config
     login_window = timedelta(seconds=config["LOGIN_FAILURE_WINDOW_S"])
+    from_here = "Too many failed logins for this account from here."
     return {
-        FAILED_LOGIN_BY_ACCOUNT: Limit(
-            FAILED_LOGIN_BY_ACCOUNT,
-            config["LOGIN_FAILURES_PER_ACCOUNT"],
-            login_window,
-            "Too many failed logins for this account.",
+        FAILED_LOGIN_FROM_HERE: Limit(
+            FAILED_LOGIN_FROM_HERE, config["LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS"], login_window, from_here
+        ),
+        FAILED_LOGIN_ON_DEVICE: Limit(
+            FAILED_LOGIN_ON_DEVICE, config["LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS"], login_window, from_here
         ),
         FAILED_LOGIN_BY_ADDRESS: Limit(
             FAILED_LOGIN_BY_ADDRESS,
             config["LOGIN_FAILURES_PER_ADDRESS"],
             login_window,
             "Too many failed logins from your address.",
+        ),
+        FAILED_LOGIN_BY_ACCOUNT: Limit(
+            FAILED_LOGIN_BY_ACCOUNT,
+            config["LOGIN_FAILURES_PER_ACCOUNT"],
+            login_window,
+            "Too many failed logins for this account; a device that logged in to it before still can.",
         ),
         REGISTRATION: Limit(
             REGISTRATION,
@@ -109,38 +130,40 @@ class RedisCounts:
     def name(self, kind: str, subject: str) -> str:
         return f"{self.prefix}{kind}:{subject}"
 
-    def counts(self, checked: list[tuple[Limit, str]]) -> list[int] | None:
-        """Each subject's attempts within its limit's window, in one round trip; None if Redis cannot say."""
-        replies = self._round_trip(checked, lambda pipe, name, _limit, _now: pipe.zcard(name))
-        return None if replies is None else replies[1::2]
-
-    def note(self, attempts: list[tuple[Limit, str]]) -> bool:
-        """Add an attempt, now, for each subject, in one round trip; False if Redis did not take them."""
-
-        def add(pipe, name: str, limit: Limit, now: float) -> None:
-            pipe.zadd(name, {secrets.token_hex(8): now})
-            pipe.expire(name, math.ceil(limit.window.total_seconds()))
-
-        return self._round_trip(attempts, add) is not None
-
-    def _round_trip(self, subjects: list[tuple[Limit, str]], then: Callable) -> list | None:
-        """One transaction over each subject's set: trimmed to its window (an unthrottled address is never
-        checked, only noted, so noting trims too), then ``then``'s commands; None if Redis did not answer."""
+    def note_and_count(self, checked: list[tuple[Limit, str]]) -> tuple[list[str], list[int]] | None:
+        """Add an attempt, now, for each subject, and count each one's attempts within its window, in one
+        transaction (so concurrent attempts are counted in order); the attempts' members and the counts,
+        or None if Redis did not answer."""
         if time.monotonic() < self.unreachable_until:
             return None
         now = time.time()
+        members = [secrets.token_hex(8) for _ in checked]
         try:
             with self.client.pipeline(transaction=True) as pipe:
-                for limit, subject in subjects:
+                for (limit, subject), member in zip(checked, members, strict=True):
                     name = self.name(limit.kind, subject)
                     pipe.zremrangebyscore(name, "-inf", f"({now - limit.window.total_seconds()}")
-                    then(pipe, name, limit, now)
+                    pipe.zadd(name, {member: now})
+                    pipe.expire(name, math.ceil(limit.window.total_seconds()))
+                    pipe.zcard(name)
                 replies = pipe.execute()
         except self.failed as error:
             self._lost(error)
             return None
         self._answered()
-        return replies
+        return members, replies[3::4]
+
+    def withdraw(self, noted: list[tuple[Limit, str, str]], cleared: tuple[str, str] | None) -> None:
+        """Take back these attempts, and with ``cleared`` every attempt of that (kind, subject)."""
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for limit, subject, member in noted:
+                    pipe.zrem(self.name(limit.kind, subject), member)
+                if cleared is not None:
+                    pipe.delete(self.name(*cleared))
+                pipe.execute()
+        except self.failed as error:  # they stay counted, as failures would
+            self._lost(error)
 
     def _lost(self, error: Exception) -> None:
         if self.answering:
@@ -165,54 +188,94 @@ def _redis_counts() -> RedisCounts | None:
     return current_app.extensions.get("tweepy_throttle")
 
 
-def noted_in_redis(*attempts: tuple[str, str]) -> bool:
-    """Count these (kind, subject) attempts in Redis if the app counts there and Redis takes them;
-    False means the caller (``writes.py``) must note them in the database."""
-    counts = _redis_counts()
-    if counts is None:
-        return False
-    limits = _limits()
-    return counts.note([(limits[kind], subject) for kind, subject in attempts])
-
-
 def client_address() -> str:
     # nginx passes the client's own address (uwsgi_params' REMOTE_ADDR); the development server sees it directly.
     return (request.remote_addr or "unknown")[:64]
 
 
-def _check(*attempts: tuple[str, str]) -> None:
-    """Refuse if any (kind, subject) reached its limit; the first that did says why."""
-    if not attempts:
-        return
+@dataclass
+class Attempt:
+    """A counted attempt: what it was counted against, and how to take it back."""
+
+    noted: list[tuple[Limit, str, str | int]]  # each limit and subject, with the attempt's member or row id
+    in_redis: bool
+    cleared_on_success: tuple[str, str] | None = None
+
+    def withdraw(self, cleared: tuple[str, str] | None = None) -> None:
+        if not self.noted:
+            return
+        counts = _redis_counts()
+        if self.in_redis and counts is not None:
+            counts.withdraw(self.noted, cleared)
+        else:
+            writes.withdraw_attempts([row for _limit, _subject, row in self.noted], cleared)
+
+    def succeeded(self) -> None:
+        """Not a failure: taken back, and the failures of its device (or account and address) cleared."""
+        self.withdraw(self.cleared_on_success)
+
+
+def _count(*attempts: tuple[str, str], cleared_on_success: tuple[str, str] | None = None) -> Attempt:
+    """Count an attempt against each (kind, subject); refuse (``TooMany``), taking it back, if that is
+    more than a limit allows, the first such limit saying why."""
     limits = _limits()
     checked = [(limits[kind], subject) for kind, subject in attempts]
+    if not checked:
+        return Attempt([], in_redis=False)
     counts = _redis_counts()
-    in_redis = None if counts is None else counts.counts(checked)
-    for i, (limit, subject) in enumerate(checked):
-        # The database counts one at a time, so a refusal by the first limit spares the second count.
-        recent = (
-            in_redis[i] if in_redis is not None else queries.recent_events(limit.kind, subject, utcnow() - limit.window)
-        )
-        if recent >= limit.most:
+    in_redis = None if counts is None else counts.note_and_count(checked)
+    if in_redis is not None:
+        members, recent = in_redis
+        attempt = Attempt([(*each, member) for each, member in zip(checked, members, strict=True)], True)
+    else:
+        # Committed before counting: of concurrent attempts, the last to count sees every other.
+        ids = writes.note_attempts(list(attempts))
+        attempt = Attempt([(*each, row) for each, row in zip(checked, ids, strict=True)], False)
+        now = utcnow()
+        recent = (queries.recent_events(limit.kind, subject, now - limit.window) for limit, subject in checked)
+    attempt.cleared_on_success = cleared_on_success
+    for (limit, _subject), seen in zip(checked, recent, strict=False):
+        if seen > limit.most:
+            attempt.withdraw()
             seconds = limit.window.total_seconds()
             raise TooMany(f"{limit.message} Try again in {math.ceil(seconds / 60)} minutes.", retry_after=int(seconds))
+    return attempt
 
 
 def _exempt(address: str) -> bool:
     return address in {a.strip() for a in current_app.config["UNTHROTTLED_ADDRESSES"].split(",") if a.strip()}
 
 
-def check_login(name: str, address: str) -> None:
-    """Refuse (``TooMany``) a login whose account or address failed too often lately."""
-    checks = []
-    if queries.is_possible_name(name):
-        checks.append((FAILED_LOGIN_BY_ACCOUNT, name.lower()))
-    if not _exempt(address):
-        checks.append((FAILED_LOGIN_BY_ADDRESS, address))
-    _check(*checks)
+def from_here(account: str, address: str) -> str:
+    """The subject of an account's logins from one address: it fits in 64 characters (a name has 32 at
+    most), with a digest of the address."""
+    return f"{account}|{hashlib.blake2b(address.encode(), digest_size=12).hexdigest()}"
 
 
-def check_registration(address: str) -> None:
-    """Refuse (``TooMany``) a registration from an address that registered too often lately."""
+def begin_login(name: str, address: str, device: str | None) -> Attempt:
+    """Count a login attempt before its password is hashed, or refuse it (``TooMany``).
+
+    ``device`` is the id of a device that logged in to this account before: its attempts count against
+    that device alone. The caller ends the attempt with ``succeeded()`` or, if it was never tried,
+    ``withdraw()``; a failure stays counted.
+    """
+    account = name.lower() if queries.is_possible_name(name) else None
+    if account is not None and device is not None:
+        on_device = (FAILED_LOGIN_ON_DEVICE, f"{account}|{device}")
+        return _count(on_device, cleared_on_success=on_device)
+    attempts = []
+    here = None
+    if account is not None:
+        here = (FAILED_LOGIN_FROM_HERE, from_here(account, address))
+        attempts.append(here)
     if not _exempt(address):
-        _check((REGISTRATION, address))
+        attempts.append((FAILED_LOGIN_BY_ADDRESS, address))
+    if account is not None:
+        attempts.append((FAILED_LOGIN_BY_ACCOUNT, account))
+    return _count(*attempts, cleared_on_success=here)
+
+
+def begin_registration(address: str) -> Attempt:
+    """Count a registration attempt from this address, or refuse it (``TooMany``); it counts whatever comes
+    of it, so the form's answers (a name or email taken) are as limited as the accounts made."""
+    return Attempt([], in_redis=False) if _exempt(address) else _count((REGISTRATION, address))

@@ -79,7 +79,7 @@ class InvalidationWorld(RuleBasedStateMachine):
     def register(self, name: str) -> None:
         if queries.is_possible_name(name):
             try:
-                writes.register(name, f"{name}@example.com", PASSWORD_HASH, "192.0.2.1")
+                writes.register(name, f"{name}@example.com", PASSWORD_HASH)
             except errors.Taken:
                 pass
         self.finish()
@@ -112,8 +112,15 @@ class InvalidationWorld(RuleBasedStateMachine):
         self.finish()
 
     @rule(name=st.sampled_from([*NAMES, "not a name"]))
-    def note_failed_login(self, name: str) -> None:
-        writes.note_failed_login(name, "192.0.2.1")
+    def note_attempts(self, name: str) -> None:
+        self.noted = writes.note_attempts([("login-account", name.lower()), ("login-address", "192.0.2.1")])
+        self.finish()
+
+    @precondition(lambda self: getattr(self, "noted", None))
+    @rule(name=st.sampled_from(NAMES))
+    def withdraw_attempts(self, name: str) -> None:
+        writes.withdraw_attempts(self.noted, ("login-here", name.lower()))
+        self.noted = None
         self.finish()
 
     @precondition(lambda self: len(self.user_ids()) >= 2)
