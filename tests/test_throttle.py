@@ -1,7 +1,8 @@
 """Limits that cannot be turned against the people they protect, the same in both stores of
 counts (the database, and Redis with THROTTLE_IN_REDIS): nobody else's guesses lock an owner
 out of their own device, concurrent guesses get no more hashes than the limit, and a
-registration form answers "taken" only within its address's limit."""
+registration form answers "taken" only within its address's limit. And limits on writes,
+so that one account cannot fill the database."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import time
 
 import pytest
 import redis
-from helpers.browser import Browser
+from helpers.browser import Browser, sign_up
 from helpers.pages import errors
 from helpers.services import redis_url
 from helpers.stored import PASSWORD, add_users, count
 
-from tweepy import passwords
-from tweepy.models import ThrottleEvent
+from tweepy import passwords, throttle
+from tweepy.models import Follow, ThrottleEvent, Tweet
 
 ATTACKER = "203.0.113.9"
 OWNER = "198.51.100.7"
@@ -143,3 +144,38 @@ def test_no_address_is_exempt_unless_configured(make_throttled_app):
     app = make_throttled_app(REGISTRATIONS_PER_ADDRESS=2)
     made = [from_address(app, "127.0.0.1").register(f"local_{i}").status_code for i in range(3)]
     assert made == [303, 303, 429]
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+def early_in_a_minute() -> None:
+    """Start where the minute the writes are counted in cannot end during the test."""
+    into = time.time() % throttle.WRITE_WINDOW_S
+    if into > throttle.WRITE_WINDOW_S - 10:
+        time.sleep(throttle.WRITE_WINDOW_S - into + 0.1)
+
+
+def test_posting_past_an_accounts_limit_for_the_minute_is_a_429_with_retry_after(make_app):
+    app = make_app(TWEETS_PER_MINUTE=3)
+    alice, bob = sign_up(app, "alice"), sign_up(app, "bob")
+    early_in_a_minute()
+    assert [alice.post("/tweets/", {"tweet": f"tweet {i}"}).status_code for i in range(3)] == [303] * 3
+    refused = alice.post("/tweets/", {"tweet": "one too many"})
+    assert refused.status_code == 429
+    assert 0 < int(refused.headers["Retry-After"]) <= throttle.WRITE_WINDOW_S
+    assert count(app, Tweet) == 3
+    assert bob.post("/tweets/", {"tweet": "someone else's"}).status_code == 303
+
+
+def test_following_and_unfollowing_past_an_accounts_limit_for_the_minute_is_a_429(make_app):
+    app = make_app(FOLLOWS_PER_MINUTE=2)
+    alice = sign_up(app, "alice")
+    add_users(app, "bob")
+    early_in_a_minute()
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert alice.post("/users/bob/unfollow").status_code == 303
+    refused = alice.post("/users/bob/follow")
+    assert refused.status_code == 429
+    assert int(refused.headers["Retry-After"]) > 0
+    assert count(app, Follow) == 0

@@ -58,6 +58,8 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "Comma-separated addresses never counted nor refused per address (a load generator on loopback)",
     ),
+    Setting("TWEETS_PER_MINUTE", 60, "Tweets an account may post in a minute, counted in each process"),
+    Setting("FOLLOWS_PER_MINUTE", 60, "Follows and unfollows an account may make in a minute, counted in each process"),
     Setting(
         "THROTTLE_IN_REDIS",
         False,

@@ -40,6 +40,12 @@ Redis the memory to keep them (or ``noeviction``).
 Addresses in ``UNTHROTTLED_ADDRESSES`` are neither counted nor refused per
 address: a load generator plays thousands of people from one address. The
 limits per account hold for everyone.
+
+Posting, following and unfollowing have limits per account too (``WriteRates``),
+far above anyone's pace, so that one account cannot fill the database. They are
+counted in each process's memory, in windows of a minute: a write costs no
+I/O, and an account gets at most the limit a process, whichever store the
+limits above use.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+import cachetools
 from flask import Flask, current_app, request
 
 from . import queries, writes
@@ -66,6 +73,9 @@ REGISTRATION = "register-address"
 # After Redis fails to answer, a process counts in the database this long before asking it
 # again, so during an outage only one request a process a second waits for the timeout.
 REDIS_RETRY_S = 1.0
+# Accounts whose writes a process counts at once (about 100 bytes each); the least recent leave first.
+WRITERS_COUNTED = 100_000
+WRITE_WINDOW_S = 60
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +187,33 @@ class RedisCounts:
         self.answering = True
 
 
+class WriteRates:
+    """Each account's writes of each kind in this minute, in this process."""
+
+    def __init__(self) -> None:
+        self.counted: cachetools.LRUCache = cachetools.LRUCache(WRITERS_COUNTED)
+
+    def count(self, kind: str, user_id: int, most: int, now: float) -> None:
+        """Count a write, or refuse it (``TooMany``) if the account made ``most`` of them this minute."""
+        minute, into = divmod(now, WRITE_WINDOW_S)
+        key = (kind, user_id)
+        counted_minute, made = self.counted.get(key, (minute, 0))
+        if counted_minute != minute:
+            made = 0
+        if made >= most:
+            retry_after = math.ceil(WRITE_WINDOW_S - into)
+            raise TooMany(f"That is a lot of {kind} for a minute: try again in {retry_after} s.", retry_after)
+        self.counted[key] = (minute, made + 1)
+
+
+def count_write(kind: str, user_id: int) -> None:
+    """Refuse (``TooMany``) a post (``kind`` "tweets") or a follow or unfollow ("follows") past its limit."""
+    most = current_app.config["TWEETS_PER_MINUTE" if kind == "tweets" else "FOLLOWS_PER_MINUTE"]
+    current_app.extensions["tweepy_write_rates"].count(kind, user_id, most, time.time())
+
+
 def init_app(app: Flask) -> None:
+    app.extensions["tweepy_write_rates"] = WriteRates()
     if app.config["THROTTLE_IN_REDIS"]:
         app.extensions["tweepy_throttle"] = RedisCounts(
             app.config["CACHE_URL"], app.config["CACHE_KEY_PREFIX"], app.config["CACHE_TIMEOUT_S"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, render_template
 from flask_login import current_user, login_required
 
-from . import queries, site, writes
+from . import queries, site, throttle, writes
 from .forms import ActionForm
 from .navigation import go_back
 from .paging import is_full, older_tweets_url, page_arg, tweet_id_arg
@@ -47,6 +47,7 @@ def profile(name: str):
 @login_required
 def follow(name: str):
     user = _user_or_404(name)
+    throttle.count_write("follows", current_user.id)
     writes.follow(current_user.id, user.id)
     return go_back(ActionForm().next.data, "users.profile", name=user.name)
 
@@ -55,5 +56,6 @@ def follow(name: str):
 @login_required
 def unfollow(name: str):
     user = _user_or_404(name)
+    throttle.count_write("follows", current_user.id)
     writes.unfollow(current_user.id, user.id)
     return go_back(ActionForm().next.data, "users.profile", name=user.name)
