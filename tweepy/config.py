@@ -67,6 +67,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # Sessions.
     Setting("SECURE_COOKIES", False, "Send the session cookie over https only (set it behind https)"),
+    Setting("SESSION_LIFETIME_S", 14 * 24 * 3600, "Longest a session lives from its log in, in seconds"),
+    Setting("SESSION_IDLE_S", 2 * 24 * 3600, "A session ends after this many seconds without a request"),
     # Pages and requests.
     Setting("PAGE_SIZE", 50, "Tweets or users per page"),
     Setting("MAX_CONTENT_LENGTH", 1024 * 1024, "Largest request body accepted; bigger ones get 413"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import cachetools
 from flask import Flask, Request, current_app, g, session
@@ -123,6 +124,10 @@ def init_app(app: Flask) -> None:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=app.config["SECURE_COOKIES"],
+        # A cookie signed longer ago than the idle time is refused; auth.py signs a session's again
+        # now and then while it is used, not on every answer.
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=app.config["SESSION_IDLE_S"]),
+        SESSION_REFRESH_EACH_REQUEST=False,
     )
     app.session_interface = SessionInterface()
     app.extensions["tweepy_page_tokens"] = SignedThisPeriod()

@@ -23,6 +23,7 @@ LINKED = {
     "users": ("users.index", {}),
     "login": ("auth.login", {}),
     "logout": ("auth.logout", {}),
+    "logout_everywhere": ("auth.logout_everywhere", {}),
     "register": ("auth.register", {}),
     "stylesheet": ("static", {"filename": "style.css"}),
 }

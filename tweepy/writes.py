@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from . import queries
@@ -38,9 +38,6 @@ GONE_FOLLOW = delete(FOLLOWS).where(
 # Writes drop throttle events older than the longest window about once every this many events.
 PRUNE_EVERY = 500
 LONGEST_WINDOW = timedelta(days=1)
-NEXT_SESSION_EPOCH = (
-    update(USERS).where(USERS.c.id == bindparam("user_id")).values(session_epoch=USERS.c.session_epoch + 1)
-)
 
 
 @contextmanager
@@ -66,7 +63,7 @@ def register(name: str, email: str, password_hash: str) -> queries.Account:
     except IntegrityError:
         # Someone took the name or the email between the form's check and now.
         raise Taken("email" if queries.email_taken(email) else "name") from None
-    return queries.Account(user.id, user.name, user.session_epoch)
+    return queries.Account(user.id, user.name)
 
 
 def note_attempts(attempts: list[tuple[str, str]]) -> list[int]:
@@ -77,7 +74,8 @@ def note_attempts(attempts: list[tuple[str, str]]) -> list[int]:
             insert(ThrottleEvent).returning(ThrottleEvent.id), [{"kind": k, "subject": s} for k, s in attempts]
         ).all()
         if max(ids) // PRUNE_EVERY != (min(ids) - 1) // PRUNE_EVERY:
-            db.session.execute(delete(ThrottleEvent).where(ThrottleEvent.at < utcnow() - LONGEST_WINDOW))
+            old = (ThrottleEvent.kind != queries.SESSION) & (ThrottleEvent.at < utcnow() - LONGEST_WINDOW)
+            db.session.execute(delete(ThrottleEvent).where(old))
     return ids
 
 
@@ -92,11 +90,39 @@ def withdraw_attempts(ids: list[int], cleared: tuple[str, str] | None = None) ->
             db.session.execute(earlier)
 
 
-def end_sessions(user_id: int) -> None:
-    """Log out everywhere: every cookie carrying the old session epoch stops working."""
+def start_session(user_id: int, digest: str, lifetime: timedelta) -> None:
+    """A new session of this user, under the digest of its id. The user's sessions older than ``lifetime``,
+    which can no longer be used, go: a user keeps at most the sessions of one lifetime's logins."""
+    expired = [old for old, started in queries.sessions_of(user_id) if started < utcnow() - lifetime]
     with transaction():
-        db.session.execute(NEXT_SESSION_EPOCH, {"user_id": user_id})
-        forget(queries.account_of.key(user_id))
+        _end_sessions(user_id, expired)
+        db.session.execute(
+            insert(ThrottleEvent).values(kind=queries.SESSION, subject=queries.session_subject(user_id, digest))
+        )
+
+
+def end_session(user_id: int, digest: str) -> None:
+    """Log out this device: every copy of its cookie stops working, and no other session."""
+    with transaction():
+        _end_sessions(user_id, [digest])
+
+
+def end_all_sessions(user_id: int) -> None:
+    """Log out everywhere: every session of this user ends."""
+    with transaction():
+        _end_sessions(user_id, [digest for digest, _started in queries.sessions_of(user_id)])
+
+
+def _end_sessions(user_id: int, digests: list[str]) -> None:
+    """Within a transaction: these sessions end, and so do their cached reads."""
+    if not digests:
+        return
+    subjects = [queries.session_subject(user_id, digest) for digest in digests]
+    db.session.execute(
+        delete(ThrottleEvent).where(ThrottleEvent.kind == queries.SESSION, ThrottleEvent.subject.in_(subjects))
+    )
+    for digest in digests:
+        forget(queries.session_of.key(user_id, digest))
 
 
 def post_tweet(author_id: int, text: str) -> int:
