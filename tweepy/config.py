@@ -177,14 +177,26 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
     return config
 
 
-def shown(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings as they may be logged: no secret key, no database or Redis password."""
+# Query parameters of a database or Redis URL that carry a secret (libpq's, psycopg's and redis-py's names).
+SECRET_PARAMETERS = {"password", "sslpassword", "passfile"}
+
+
+def loggable_url(url: str) -> str:
+    """A database or Redis URL as it may be logged: its password hidden, whether it comes as
+    ``user:password@`` or as a query parameter (``?password=``)."""
     from sqlalchemy.engine import make_url
 
+    # SQLAlchemy's parser reads a Redis URL's user, password and query the same way.
+    parsed = make_url(url)
+    hidden = {key: "***" if key.lower() in SECRET_PARAMETERS else value for key, value in parsed.query.items()}
+    return parsed.set(query=hidden).render_as_string(hide_password=True)
+
+
+def shown(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings as they may be logged: no secret key, no database or Redis password."""
     visible = {s.name: config[s.name] for s in SETTINGS if s.name != "SECRET_KEY"}
-    visible["DATABASE_URL"] = make_url(config["DATABASE_URL"]).render_as_string(hide_password=True)
-    # SQLAlchemy's parser reads a Redis URL's user and password the same way.
-    visible["CACHE_URL"] = make_url(config["CACHE_URL"]).render_as_string(hide_password=True)
+    visible["DATABASE_URL"] = loggable_url(config["DATABASE_URL"])
+    visible["CACHE_URL"] = loggable_url(config["CACHE_URL"])
     return visible
 
 
