@@ -247,6 +247,50 @@ def test_the_session_cookie_is_https_only_when_asked(make_app):
     assert "Secure" in response.headers["Set-Cookie"]
 
 
+FRONT = "10.0.0.2"  # a TLS front, as nginx sees it
+
+
+def through_a_front(app, client_address: str, scheme: str = "https") -> Browser:
+    """A browser at ``client_address``, whose requests reach nginx through a front that says so (and,
+    over https, the Referer a browser sends to its own site, which Flask-WTF then checks)."""
+    client = app.test_client()
+    client.environ_base.update(
+        REMOTE_ADDR=FRONT,
+        HTTP_X_FORWARDED_FOR=client_address,
+        HTTP_X_FORWARDED_PROTO=scheme,
+        HTTP_REFERER=f"{scheme}://localhost/",
+    )
+    return Browser(client)
+
+
+def test_behind_a_trusted_tls_front_the_clients_address_and_https_are_believed(make_app):
+    app = make_app(TRUSTED_PROXIES=1, SECURE_COOKIES=True, LOGIN_FAILURES_PER_ADDRESS=2)
+    add_users(app, "alice", "bob", "carol")
+    guesser = through_a_front(app, ATTACKER)
+    for name in ("alice", "bob"):
+        failed = guesser.login(name, "wrong guess")
+        assert failed.status_code == 401
+        assert failed.headers["Strict-Transport-Security"] == "max-age=31536000"
+    assert guesser.login("carol", PASSWORD).status_code == 429, "the guesser's own address reached its limit"
+
+    logged_in = through_a_front(app, "198.51.100.7").login("carol", PASSWORD)
+    assert logged_in.status_code == 303, "another address behind the same front is not refused"
+    cookies = logged_in.headers.getlist("Set-Cookie")
+    for name in ("__Host-session=", "__Host-tweepy_device="):
+        (cookie,) = [c for c in cookies if c.startswith(name)]
+        assert "Secure" in cookie and "Path=/;" in cookie and "Domain" not in cookie
+
+
+def test_without_a_trusted_front_forwarded_headers_are_not_believed(make_app):
+    app = make_app(LOGIN_FAILURES_PER_ADDRESS=2)
+    add_users(app, "alice", "bob", "carol")
+    for i, name in enumerate(("alice", "bob")):
+        failed = through_a_front(app, f"198.51.100.{i}").login(name, "wrong guess")
+        assert failed.status_code == 401
+        assert "Strict-Transport-Security" not in failed.headers
+    assert through_a_front(app, "198.51.100.9").login("carol", PASSWORD).status_code == 429
+
+
 # --- headers --------------------------------------------------------------------------
 
 

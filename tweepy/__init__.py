@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import cache, cli, config, db_tuning, devices, fragments, passwords, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
@@ -56,6 +57,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     fragments.init_app(app)
     register_blueprints(app)
     register_worker_header(app)
+    register_proxies(app)
     cli.init_app(app)
     log_settings(app)
     return app
@@ -95,6 +97,14 @@ def register_worker_header(app: Flask) -> None:
     def name_the_worker(response):
         response.headers["X-Tweepy-Worker"] = worker
         return response
+
+
+def register_proxies(app: Flask) -> None:
+    """Behind a TLS front: the client's address and scheme as the front saw them, from the headers of
+    exactly the proxies trusted (anyone can send these headers; only the last N were set by ours)."""
+    trusted = app.config["TRUSTED_PROXIES"]
+    if trusted:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=trusted, x_proto=trusted)
 
 
 def log_settings(app: Flask) -> None:

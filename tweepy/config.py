@@ -66,7 +66,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Count failed logins and registrations in the Redis of CACHE_URL instead of the database",
     ),
     # Sessions.
-    Setting("SECURE_COOKIES", False, "Send the session cookie over https only (set it behind https)"),
+    Setting(
+        "SECURE_COOKIES",
+        False,
+        "Cookies over https only, named __Host-session and __Host-tweepy_device (set it behind https)",
+    ),
+    Setting(
+        "TRUSTED_PROXIES",
+        0,
+        "Proxies in front of nginx (a TLS front) whose X-Forwarded-For and -Proto are believed; 0: none",
+    ),
     Setting("SESSION_LIFETIME_S", 14 * 24 * 3600, "Longest a session lives from its log in, in seconds"),
     Setting("SESSION_IDLE_S", 2 * 24 * 3600, "A session ends after this many seconds without a request"),
     # Pages and requests.

@@ -22,9 +22,14 @@ def _serializer() -> URLSafeTimedSerializer:
     return current_app.extensions["tweepy_devices"]
 
 
+def _cookie_name() -> str:
+    # Over https, a name browsers take only from this very host, sent over https, for every path.
+    return f"__Host-{COOKIE}" if current_app.config["SECURE_COOKIES"] else COOKIE
+
+
 def known_device(name: str) -> str | None:
     """The id of this browser's device if it logged in to the account named ``name`` before."""
-    cookie = request.cookies.get(COOKIE)
+    cookie = request.cookies.get(_cookie_name())
     if not cookie:
         return None
     try:
@@ -39,13 +44,13 @@ def remember_device(response: Response, name: str) -> Response:
     device = known_device(name) or secrets.token_urlsafe(12)
     config = current_app.config
     response.set_cookie(
-        COOKIE,
+        _cookie_name(),
         _serializer().dumps([name.lower(), device]),
         max_age=LIFETIME_S,
         secure=config["SECURE_COOKIES"],
         httponly=True,
         samesite="Lax",
-        path=request.script_root or "/",
+        path="/",
     )
     return response
 

@@ -119,7 +119,10 @@ def page_token() -> str:
 
 
 def init_app(app: Flask) -> None:
-    """The session cookie: never read by scripts, not sent by other sites' forms, https-only when asked."""
+    """The session cookie: never read by scripts, not sent by other sites' forms, https-only when asked,
+    and then named so that browsers take it only from this very host, over https, for every path."""
+    if app.config["SECURE_COOKIES"]:
+        app.config["SESSION_COOKIE_NAME"] = "__Host-session"
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",

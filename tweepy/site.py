@@ -66,9 +66,15 @@ SECURITY_HEADERS = {
 }
 
 
+# Over https, browsers are told to come back over https only, for a year.
+STRICT_TRANSPORT = {"Strict-Transport-Security": "max-age=31536000"}
+
+
 @bp.after_app_request
 def add_security_headers(response):
     response.headers.extend(SECURITY_HEADERS)
+    if request.is_secure:
+        response.headers.extend(STRICT_TRANSPORT)
     return response
 
 
