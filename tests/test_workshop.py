@@ -212,3 +212,17 @@ def test_make_explain_shows_a_stages_plans_on_the_database_make_run_serves(tmp_p
     after = subprocess.run([*explain, "3"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "schema at 0003" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
     assert "SCAN tweets" not in after.stdout
+
+
+# --- the real-hosts recipe --------------------------------------------------------------------
+
+
+def test_the_real_hosts_recipe_never_opens_the_app_servers_socket_to_the_world():
+    readme = (ROOT / "stages" / "7-scale-out" / "README.md").read_text()
+    recipe = readme[readme.index("**On real hosts.**") :]
+    recipe = " ".join(recipe[: recipe.index("\n\n")].split())
+    assert "--socket 10.0.0.11:3031" in recipe, "a private address"
+    assert "0.0.0.0:" not in recipe and "never bind it to `0.0.0.0`" in recipe
+    assert "tcp dport 3031 ip saddr != 10.0.0.10 drop" in recipe, "a firewall rule: only the front host"
+    assert "scram-sha-256" in recipe and "never as the superuser" in recipe
+    assert "rediss://" in recipe and "TWEEPY_TRUSTED_PROXIES" in recipe
