@@ -221,7 +221,7 @@ def test_the_real_hosts_recipe_never_opens_the_app_servers_socket_to_the_world()
     readme = (ROOT / "stages" / "7-scale-out" / "README.md").read_text()
     recipe = readme[readme.index("**On real hosts.**") :]
     recipe = " ".join(recipe[: recipe.index("\n\n")].split())
-    assert "--socket 10.0.0.11:3031" in recipe, "a private address"
+    assert "--uid tweepy --gid tweepy --socket 10.0.0.11:3031" in recipe, "unprivileged, on a private address"
     assert "0.0.0.0:" not in recipe and "never bind it to `0.0.0.0`" in recipe
     assert "tcp dport 3031 ip saddr != 10.0.0.10 drop" in recipe, "a firewall rule: only the front host"
     assert "scram-sha-256" in recipe and "never as the superuser" in recipe
