@@ -16,6 +16,11 @@ from helpers.stored import FAST_BCRYPT
 
 from tweepy import create_app
 
+# The stages the tests start live in pytest's folders, which only their owner may enter (and which
+# pytest, run again meanwhile, closes again): their servers run as whoever runs the tests, root
+# included. test_privileges.py starts one as an unprivileged user, in a folder of its own.
+os.environ.setdefault("TWEEPY_SERVE_AS", "root")
+
 
 @pytest.fixture
 def make_app(tmp_path):

@@ -14,7 +14,7 @@ UNSAFE_NEXT = ["//evil.com", "//evil.com/tweets/", "http://evil.com", "https://e
 
 
 def logged_in_user_id(client) -> str | None:
-    """The user the session cookie names (it also carries the session epoch: "id.epoch")."""
+    """The user the session cookie names (it also carries the session id: "id.session")."""
     with client.session_transaction() as session:
         session_id = session.get("_user_id")
     return session_id.partition(".")[0] if session_id else None

@@ -150,7 +150,7 @@ def test_new_user_registers_logs_in_posts_follows_reads_timeline_and_logs_out(pa
     expect(nav.get_by_role("link", name=f"@{name}")).to_be_visible()
 
     # Log out, then back in with the new password.
-    nav.get_by_role("button", name="Log out").click()
+    nav.get_by_role("button", name="Log out", exact=True).click()
     expect(page.get_by_role("heading", name="Log in")).to_be_visible()
     page.get_by_label("Name").fill(name)
     page.get_by_label("Password").fill(password)
@@ -191,9 +191,9 @@ def test_new_user_registers_logs_in_posts_follows_reads_timeline_and_logs_out(pa
     page.screenshot(path=str(TIMELINE_SCREENSHOT), full_page=True)
 
     # Log out: back on the login page, and the timeline is closed again.
-    nav.get_by_role("button", name="Log out").click()
+    nav.get_by_role("button", name="Log out", exact=True).click()
     expect(page.get_by_role("heading", name="Log in")).to_be_visible()
-    expect(nav.get_by_role("button", name="Log out")).to_have_count(0)
+    expect(nav.get_by_role("button", name="Log out", exact=True)).to_have_count(0)
     page.goto("/tweets/")
     expect(page.get_by_role("heading", name="Log in")).to_be_visible()
     expect(page.get_by_text("Log in to see that page.")).to_be_visible()

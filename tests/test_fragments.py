@@ -28,9 +28,8 @@ def render(app, row, viewer=None):
             from flask_login import login_user
 
             from tweepy.auth import CurrentUser
-            from tweepy.queries import Account
 
-            login_user(CurrentUser(Account(viewer, f"viewer{viewer}", 0)))
+            login_user(CurrentUser(viewer, f"viewer{viewer}", "a-session"))
         return str(app.jinja_env.globals["rendered_tweet"](row))
 
 
@@ -89,10 +88,9 @@ def render_own(app, row, next_url):
     from flask_wtf.csrf import generate_csrf
 
     from tweepy.auth import CurrentUser
-    from tweepy.queries import Account
 
     with app.test_request_context("/tweets/"):
-        login_user(CurrentUser(Account(row.author_id, row.author_name, 0)))
+        login_user(CurrentUser(row.author_id, row.author_name, "a-session"))
         return str(app.jinja_env.globals["rendered_tweets"]((row,), next_url)), generate_csrf()
 
 

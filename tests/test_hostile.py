@@ -504,6 +504,28 @@ def test_pages_errors_and_static_files_carry_the_protective_headers_through_ngin
         assert_protective_headers(answer)
 
 
+def test_nginxs_own_error_pages_carry_the_protective_headers(served):
+    answers = [
+        requests.get(served.url + "users/" + "y" * 8300 + "/", timeout=10),
+        requests.get(served.url, headers={"X-Big": "a" * 8300}, timeout=10),
+        requests.post(served.url + "register/", data={"name": "x" * (1024 * 1024 + 1)}, timeout=30),
+    ]
+    assert [a.status_code for a in answers] == [414, 400, 413]
+    for answer in answers:
+        assert "nginx" in answer.text or "<center>" in answer.text, "a page nginx made, not the app"
+        assert_protective_headers(answer)
+
+
+def test_nginxs_bad_gateway_page_carries_the_protective_headers(tmp_path):
+    with start_stage(4, tmp_path) as running:
+        app_servers = running.process("uwsgi")
+        app_servers.terminate()
+        app_servers.wait(timeout=30)
+        answer = requests.get(running.url + "users/", timeout=10)
+    assert answer.status_code == 502
+    assert_protective_headers(answer)
+
+
 def test_the_session_cookie_is_http_only_and_same_site_lax(served):
     answer = Visitor(served.url).login("user8")
     cookies = [c for c in answer.raw.headers.getlist("Set-Cookie") if c.startswith("session=")]
@@ -551,7 +573,7 @@ def test_the_eleventh_failed_login_is_refused_at_once_without_a_hash(throttled):
     refused, took = timed(lambda: guesser.login("user11", SEED_PASSWORD))
     assert refused.status_code == 429
     assert int(refused.headers["Retry-After"]) > 0
-    assert "Too many failed logins for this account." in errors(refused)[0]
+    assert "Too many failed logins for this account from here." in errors(refused)[0]
     fastest_failure = min(seconds for _, seconds in failures)
     assert took < fastest_failure / 2, f"429 in {took:.3f} s, a hashed failure in {fastest_failure:.3f} s"
 

@@ -58,7 +58,9 @@ def test_users_page_walks_the_primary_key_in_order(plans):
 
 
 def test_following_and_user_lookups_use_keys(plans):
-    for plan in plans(queries.following_of, 1) + plans(queries.user_named, "Alice") + plans(queries.account_of, 1):
+    for plan in (
+        plans(queries.following_of, 1) + plans(queries.user_named, "Alice") + plans(queries.session_of, 1, "0" * 40)
+    ):
         assert "SCAN" not in plan
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 
 import pytest
 from helpers.browser import Browser, sign_up
 from helpers.pages import csrf_token, errors, text_of
-from helpers.stored import PASSWORD, add_tweets, add_users, count
+from helpers.stored import PASSWORD, add_tweets, add_users, count, count_attempts
 
 from tweepy import passwords, queries
 from tweepy.models import Follow, ThrottleEvent, Tweet, User
@@ -41,7 +42,9 @@ def hashes(monkeypatch):
 # --- failed logins ------------------------------------------------------------
 
 
-def test_an_account_is_closed_to_logins_after_ten_failures_even_with_the_right_password(app, hashes):
+def test_an_account_is_closed_to_logins_from_an_address_after_ten_failures_from_it_even_with_the_right_password(
+    app, hashes
+):
     add_users(app, "alice")
     guesser = from_address(app, ATTACKER)
     for _ in range(10):
@@ -50,11 +53,12 @@ def test_an_account_is_closed_to_logins_after_ten_failures_even_with_the_right_p
     refused = guesser.login("alice", PASSWORD)
     assert refused.status_code == 429
     assert int(refused.headers["Retry-After"]) > 0
-    assert "Too many failed logins for this account." in errors(refused)[0]
+    assert "Too many failed logins for this account from here." in errors(refused)[0]
     assert len(hashes) == hashed, "a refused login costs no hash"
 
 
-def test_the_account_limit_holds_whatever_address_the_guesses_come_from(app):
+def test_the_account_wide_limit_holds_whatever_address_the_guesses_come_from(make_app):
+    app = make_app(LOGIN_FAILURES_PER_ACCOUNT=10)
     add_users(app, "alice")
     for i in range(10):
         from_address(app, f"198.51.100.{i}").login("alice", "wrong guess")
@@ -66,7 +70,7 @@ def test_successful_logins_never_count(app):
     for _ in range(15):
         browser = from_address(app, ATTACKER)
         assert browser.login("alice", PASSWORD).status_code == 303
-    assert count(app, ThrottleEvent) == 0
+    assert count_attempts(app) == 0
 
 
 def test_one_address_guessing_many_accounts_is_refused_after_its_own_limit(make_app):
@@ -88,11 +92,11 @@ def test_failures_older_than_the_window_no_longer_count(make_app):
         assert guesser.login("alice", "wrong guess").status_code == 401
 
 
-def test_an_unthrottled_address_is_counted_but_never_refused_by_address(make_app):
+def test_an_unthrottled_address_is_never_counted_nor_refused_by_address(make_app):
     app = make_app(UNTHROTTLED_ADDRESSES="127.0.0.1, 192.0.2.7", REGISTRATIONS_PER_ADDRESS=2)
     for i in range(4):
         assert from_address(app, "192.0.2.7").register(f"load_{i}").status_code == 303
-    assert count(app, ThrottleEvent) == 4
+    assert count_attempts(app) == 0
 
 
 def test_names_that_cannot_exist_never_log_in_as_their_ascii_look_alike(app):
@@ -127,15 +131,85 @@ def test_a_session_cookie_copied_before_log_out_is_dead_after_it(app, alice):
     assert response.status_code == 302 and response.headers["Location"].startswith("/?next=")
 
 
-def test_logging_out_ends_the_sessions_of_the_same_user_elsewhere(app):
+def test_logging_out_ends_this_devices_session_only(app):
     add_users(app, "alice")
     laptop, phone = Browser(app.test_client()), Browser(app.test_client())
-    laptop.login("alice", PASSWORD)
-    phone.login("alice", PASSWORD)
-    laptop.logout()
+    assert laptop.login("alice", PASSWORD).status_code == 303
+    assert phone.login("alice", PASSWORD).status_code == 303
+    stolen = laptop.client.get_cookie("session").value
+    assert laptop.logout().status_code == 303
+    assert laptop.get("/tweets/").status_code == 302
+    assert phone.get("/tweets/").status_code == 200
+    thief = app.test_client()
+    thief.set_cookie("session", stolen)
+    assert thief.get("/tweets/").status_code == 302
+
+
+def test_logging_out_everywhere_ends_every_session_of_the_user_and_no_one_elses(app):
+    add_users(app, "alice", "bob")
+    laptop, phone, bobs = (Browser(app.test_client()) for _ in range(3))
+    for browser, name in ((laptop, "alice"), (phone, "alice"), (bobs, "bob")):
+        assert browser.login(name, PASSWORD).status_code == 303
+    stolen = phone.client.get_cookie("session").value
+    assert "Log out everywhere" in text_of(laptop.get("/tweets/"))
+    assert laptop.post("/logout/everywhere").status_code == 303
+    assert laptop.get("/tweets/").status_code == 302
     assert phone.get("/tweets/").status_code == 302
+    thief = app.test_client()
+    thief.set_cookie("session", stolen)
+    assert thief.get("/tweets/").status_code == 302
+    assert bobs.get("/tweets/").status_code == 200
     assert phone.login("alice", PASSWORD).status_code == 303
     assert phone.get("/tweets/").status_code == 200
+
+
+DAY = 24 * 3600
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The clock sessions are stamped with, a second ahead of every cookie made so far; move it with
+    ``clock[0] += seconds``."""
+    now = [time.time() + 1]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    return now
+
+
+def test_a_session_ends_after_the_idle_time_without_a_request(make_app, clock):
+    app = make_app(SESSION_IDLE_S=2 * DAY, SESSION_LIFETIME_S=14 * DAY)
+    alice = sign_up(app, "alice")
+    for _ in range(3):  # used every day and a half, it lives on
+        clock[0] += 1.5 * DAY
+        assert alice.get("/tweets/").status_code == 200
+    clock[0] += 2 * DAY + 60
+    assert alice.get("/tweets/").status_code == 302
+
+
+def test_a_session_ends_at_its_lifetime_however_much_it_is_used(make_app, clock):
+    app = make_app(SESSION_IDLE_S=2 * DAY, SESSION_LIFETIME_S=14 * DAY)
+    alice = sign_up(app, "alice")
+    for _ in range(13):
+        clock[0] += DAY
+        assert alice.get("/tweets/").status_code == 200
+    clock[0] += DAY + 60
+    assert alice.get("/tweets/").status_code == 302
+
+
+def test_activity_signs_the_cookie_again_now_and_then_and_writes_nothing(make_app, clock):
+    app = make_app(SESSION_IDLE_S=2 * DAY)
+    alice = sign_up(app, "alice")
+    assert alice.get("/tweets/").status_code == 200  # showing the welcome, which leaves the session
+    sessions = count(app, ThrottleEvent)
+
+    def signs_again() -> bool:
+        return any(h.startswith("session=") for h in alice.get("/tweets/").headers.getlist("Set-Cookie"))
+
+    clock[0] += 60
+    assert not signs_again(), "a request a minute after the last signature changes nothing"
+    clock[0] += 2 * DAY / 24
+    assert signs_again(), "one past a 24th of the idle time signs the cookie again"
+    assert not signs_again()
+    assert count(app, ThrottleEvent) == sessions
 
 
 def test_the_csrf_token_changes_at_log_in_and_log_out(app, client):
@@ -172,6 +246,50 @@ def test_the_session_cookie_is_https_only_when_asked(make_app):
     browser = Browser(make_app(SECURE_COOKIES=True).test_client())
     response = browser.register("alice")
     assert "Secure" in response.headers["Set-Cookie"]
+
+
+FRONT = "10.0.0.2"  # a TLS front, as nginx sees it
+
+
+def through_a_front(app, client_address: str, scheme: str = "https") -> Browser:
+    """A browser at ``client_address``, whose requests reach nginx through a front that says so (and,
+    over https, the Referer a browser sends to its own site, which Flask-WTF then checks)."""
+    client = app.test_client()
+    client.environ_base.update(
+        REMOTE_ADDR=FRONT,
+        HTTP_X_FORWARDED_FOR=client_address,
+        HTTP_X_FORWARDED_PROTO=scheme,
+        HTTP_REFERER=f"{scheme}://localhost/",
+    )
+    return Browser(client)
+
+
+def test_behind_a_trusted_tls_front_the_clients_address_and_https_are_believed(make_app):
+    app = make_app(TRUSTED_PROXIES=1, SECURE_COOKIES=True, LOGIN_FAILURES_PER_ADDRESS=2)
+    add_users(app, "alice", "bob", "carol")
+    guesser = through_a_front(app, ATTACKER)
+    for name in ("alice", "bob"):
+        failed = guesser.login(name, "wrong guess")
+        assert failed.status_code == 401
+        assert failed.headers["Strict-Transport-Security"] == "max-age=31536000"
+    assert guesser.login("carol", PASSWORD).status_code == 429, "the guesser's own address reached its limit"
+
+    logged_in = through_a_front(app, "198.51.100.7").login("carol", PASSWORD)
+    assert logged_in.status_code == 303, "another address behind the same front is not refused"
+    cookies = logged_in.headers.getlist("Set-Cookie")
+    for name in ("__Host-session=", "__Host-tweepy_device="):
+        (cookie,) = [c for c in cookies if c.startswith(name)]
+        assert "Secure" in cookie and "Path=/;" in cookie and "Domain" not in cookie
+
+
+def test_without_a_trusted_front_forwarded_headers_are_not_believed(make_app):
+    app = make_app(LOGIN_FAILURES_PER_ADDRESS=2)
+    add_users(app, "alice", "bob", "carol")
+    for i, name in enumerate(("alice", "bob")):
+        failed = through_a_front(app, f"198.51.100.{i}").login(name, "wrong guess")
+        assert failed.status_code == 401
+        assert "Strict-Transport-Security" not in failed.headers
+    assert through_a_front(app, "198.51.100.9").login("carol", PASSWORD).status_code == 429
 
 
 # --- headers --------------------------------------------------------------------------

@@ -77,6 +77,17 @@ def test_the_logged_settings_show_no_secret_and_no_database_password():
     assert "hunter2" not in str(shown) and "db.example" in shown["DATABASE_URL"]
 
 
+def test_a_password_in_a_urls_query_is_never_logged_either():
+    effective = {s.name: s.default for s in config.SETTINGS}
+    effective.update(
+        DATABASE_URL="postgresql+psycopg://tweepy@db.example/tweepy?sslmode=require&password=hunter2",
+        CACHE_URL="rediss://cache.example:6380/0?PASSWORD=hunter3",
+    )
+    shown = config.shown(effective)
+    assert "hunter2" not in str(shown) and "hunter3" not in str(shown)
+    assert "sslmode=require" in shown["DATABASE_URL"] and "cache.example:6380" in shown["CACHE_URL"]
+
+
 def test_merging_cached_pages_without_a_cache_is_refused(tmp_path):
     with pytest.raises(ValueError, match="needs a TWEEPY_CACHE"):
         config.load(str(tmp_path), {"TIMELINE_FROM_CACHED_PAGES": True, "CACHE": "none", "SECRET_KEY": "x"})

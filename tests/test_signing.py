@@ -119,8 +119,10 @@ def test_flask_opens_and_saves_each_requests_session_through_the_apps_session_in
 
 def test_a_kept_cookie_still_ends_when_the_session_lifetime_does(app, alice, clock):
     assert alice.get("/tweets/").status_code == 200  # its cookie now checked and kept
+    kept = alice.client.get_cookie("session").value
     clock[0] += app.permanent_session_lifetime.total_seconds() - 5
     assert alice.get("/tweets/").status_code == 200
+    alice.client.set_cookie("session", kept)  # not the one that request signed again
     clock[0] += 10
     assert alice.get("/tweets/").status_code == 302  # to the login form, as for a cookie never seen
 

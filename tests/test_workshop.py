@@ -220,3 +220,17 @@ def test_requirements_txt_installs_what_make_run_installs():
     (installed,) = re.findall(r"\$\(call install,([\w-]+)\)", run_stamp)
     lines = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
     assert lines == [f"-r requirements/{installed}.txt"]
+
+
+# --- the real-hosts recipe --------------------------------------------------------------------
+
+
+def test_the_real_hosts_recipe_never_opens_the_app_servers_socket_to_the_world():
+    readme = (ROOT / "stages" / "7-scale-out" / "README.md").read_text()
+    recipe = readme[readme.index("**On real hosts.**") :]
+    recipe = " ".join(recipe[: recipe.index("\n\n")].split())
+    assert "--uid tweepy --gid tweepy --socket 10.0.0.11:3031" in recipe, "unprivileged, on a private address"
+    assert "0.0.0.0:" not in recipe and "never bind it to `0.0.0.0`" in recipe
+    assert "tcp dport 3031 ip saddr != 10.0.0.10 drop" in recipe, "a firewall rule: only the front host"
+    assert "scram-sha-256" in recipe and "never as the superuser" in recipe
+    assert "rediss://" in recipe and "TWEEPY_TRUSTED_PROXIES" in recipe

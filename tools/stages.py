@@ -38,7 +38,7 @@ VAR = ROOT / "var"
 BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
-from tools import services  # noqa: E402
+from tools import privileges, services  # noqa: E402
 from tools.bench.procfs import children_of  # noqa: E402
 from tweepy.config import BY_NAME, SETTINGS, Setting, parse  # noqa: E402
 
@@ -54,6 +54,11 @@ SERVING_SETTINGS: tuple[Setting, ...] = (
     Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
     Setting("NODES", 1, "uWSGI instances behind nginx, each standing in for an app host with its own processes"),
     Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0002: all but the timeline indexes)"),
+    Setting(
+        "SERVE_AS",
+        "tweepy",
+        "Started as root: the user uWSGI and nginx's workers run as, made if missing ('root': no change)",
+    ),
     Setting("HOST", "127.0.0.1", "Address the development server (run.py) listens on"),
     Setting("PORT", 5000, "Port of the development server (run.py); the runner picks one per stage"),
 )
@@ -279,14 +284,19 @@ def nginx_binary() -> str:
     return found
 
 
-def write_nginx_conf(stage: Stage, var: Path, port: int) -> Path:
-    """nginx.conf with this run's paths and port, load-balancing over the stage's app nodes."""
+def write_nginx_conf(stage: Stage, var: Path, port: int, user: privileges.User | None = None) -> Path:
+    """nginx.conf with this run's paths and port, load-balancing over the stage's app nodes; its workers
+    run as ``user`` (who runs the app servers), or as whoever starts it."""
     prefix = var / "nginx"
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (prefix / "tmp" / sub).mkdir(parents=True, exist_ok=True)
-    values = {
+    if user is not None:
+        user_line = f"user {user.name} {user.group};"
+    else:
         # As root, nginx's workers would drop to `nobody`, who cannot use our socket.
-        "USER_LINE": f"user {getpass.getuser()};" if os.geteuid() == 0 else "",
+        user_line = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""
+    values = {
+        "USER_LINE": user_line,
         "VAR": str(prefix),
         "ROOT": str(ROOT),
         "PORT": str(port),
@@ -370,12 +380,20 @@ class Running:
         self.stop()
 
 
-def _spawn(name: str, command: list[str], env: dict[str, str], var: Path) -> subprocess.Popen:
+def _spawn(
+    name: str, command: list[str], env: dict[str, str], var: Path, user: privileges.User | None = None
+) -> subprocess.Popen:
+    as_user = user.popen_options() if user is not None else {}
     with open(var / f"{name}.log", "ab") as log:
         process = subprocess.Popen(
-            command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **as_user
         )
-    (var / f"{name}.pid").write_text(f"{process.pid}\n")
+    # Written aside and moved into place, the user's from the start: uWSGI writes the same file as that user.
+    written = var / f".{name}.pid"
+    written.write_text(f"{process.pid}\n")
+    if user is not None:
+        os.chown(written, user.uid, user.gid)
+    written.replace(var / f"{name}.pid")
     return process
 
 
@@ -408,6 +426,15 @@ def wait_healthy(url: str, children, var: Path, timeout: float = 60) -> None:
     raise RuntimeError(f"{url}healthz did not answer within {timeout:.0f}s (logs in {var})")
 
 
+def written_folders(env: dict[str, str]) -> list[Path]:
+    """Where the app servers write besides var: the instance folder (the secret key), and the SQLite
+    database's folder (the database, its journal, the cache's write signal)."""
+    instance = Path(env.get("TWEEPY_INSTANCE_PATH") or ROOT / "instance")
+    url = env.get("TWEEPY_DATABASE_URL", "")
+    database = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else instance
+    return [instance, database]
+
+
 def start(
     stage: Stage,
     *,
@@ -421,6 +448,15 @@ def start(
     var.mkdir(parents=True, exist_ok=True)
     full_env = stage_env(stage, port, env)
     prepare_database(stage, full_env, seed)
+    # The development server is one person's, on their own machine: it runs as they do.
+    user = None
+    if stage.server == "uwsgi":
+        # Whom to serve as is the runner's to know, not the app's: the caller's word, else the stage's.
+        serve_as = full_env.pop("TWEEPY_SERVE_AS", None) or os.environ.get("TWEEPY_SERVE_AS")
+        user = privileges.serving_user(serve_as or stage.get("SERVE_AS"))
+    if user is not None:
+        print(f"==> serving as {user.name}: the app servers, and nginx's workers", flush=True)
+        privileges.hand_over(user, [var, *written_folders(full_env)])
     app_env = {**APP_SERVER_ENV, **full_env}
     url = f"http://127.0.0.1:{port}/"
     children: list[tuple[str, subprocess.Popen]] = []
@@ -433,11 +469,15 @@ def start(
                 node.mkdir(parents=True, exist_ok=True)
                 name = "uwsgi" if node == var else f"uwsgi-{node.name}"
                 uwsgi = [str(BIN / "uwsgi"), "--ini", str(ROOT / "uwsgi.ini"), *stage.uwsgi_options(node)]
-                app_servers.append((name, _spawn(name, uwsgi, app_env, var)))
+                if user is not None:
+                    privileges.hand_over(user, [node])
+                app_servers.append((name, _spawn(name, uwsgi, app_env, var, user)))
             # The front comes up once every node listens: nginx counts a refused connection
             # against a node and would leave it out for a while.
             wait_for_sockets([node / "uwsgi.sock" for node in stage.node_folders(var)], app_servers, var)
-            conf = write_nginx_conf(stage, var, port)
+            conf = write_nginx_conf(stage, var, port, user)
+            if user is not None:
+                privileges.hand_over(user, [conf.parent])  # its workers write request bodies there
             nginx = [nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
             children += [("nginx", _spawn("nginx", nginx, full_env, var)), *app_servers]
         else:
@@ -504,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.run([str(BIN / "flask"), "--app", "tweepy", "explain"], env=env, cwd=ROOT).returncode
     print(f"==> stage {stage.label}: starting, runtime files under {VAR.relative_to(ROOT)}/")
     # Served on loopback for one person and their load generator (`make locust`), whose
-    # thousands of simulated sign-ups come from this one address: counted, never refused.
+    # thousands of simulated sign-ups come from this one address: never counted nor refused by address.
     local = {"TWEEPY_UNTHROTTLED_ADDRESSES": LOAD_GENERATOR_ADDRESS}
     running = start(stage, port=args.port, seed=args.seed.split(), env=local)
     print(f"==> stage {stage.label} is up at {running.url}  (Ctrl-C stops it)", flush=True)

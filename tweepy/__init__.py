@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from . import cache, cli, config, db_tuning, fragments, passwords, queries, signing, throttle
+from . import cache, cli, config, db_tuning, devices, fragments, passwords, queries, signing, throttle
 from .extensions import bcrypt, csrf, db, login_manager, migrate
 
 # Hooks, views and handlers whose answer to "is it a coroutine function?" is kept (there are a dozen).
@@ -56,9 +57,11 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     cache.init_app(app)
     queries.init_app(app)
     throttle.init_app(app)
+    devices.init_app(app)
     fragments.init_app(app)
     register_blueprints(app)
     register_worker_header(app)
+    register_proxies(app)
     cli.init_app(app)
     log_settings(app)
     return app
@@ -98,6 +101,14 @@ def register_worker_header(app: Flask) -> None:
     def name_the_worker(response):
         response.headers["X-Tweepy-Worker"] = worker
         return response
+
+
+def register_proxies(app: Flask) -> None:
+    """Behind a TLS front: the client's address and scheme as the front saw them, from the headers of
+    exactly the proxies trusted (anyone can send these headers; only the last N were set by ours)."""
+    trusted = app.config["TRUSTED_PROXIES"]
+    if trusted:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=trusted, x_proto=trusted)
 
 
 def log_settings(app: Flask) -> None:

@@ -15,7 +15,7 @@ from flask import Flask, current_app
 from flask.cli import with_appcontext
 from sqlalchemy import Connection, event, func, insert, select, text
 
-from . import queries
+from . import config, queries
 from .extensions import bcrypt, db
 from .models import Follow, Tweet, User
 
@@ -210,7 +210,7 @@ def explain_command(user_id: int) -> None:
     """How the database runs each read the pages make, with the app's settings: every statement it
     sends, the plan the database chose (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL), its time."""
     revision = db.session.scalar(text("SELECT version_num FROM alembic_version"))
-    click.echo(f"{db.engine.url.render_as_string(hide_password=True)}, schema at {revision}")
+    click.echo(f"{config.loggable_url(current_app.config['DATABASE_URL'])}, schema at {revision}")
     with current_app.test_request_context():
         # Each read once, in this order, so that with a cache on each still goes to the database
         # (a timeline's page merged from author pages then shows the author pages alone).

@@ -45,7 +45,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
-        "LOGIN_FAILURES_PER_ACCOUNT", 10, "Failed logins an account may have in the window before logins are refused"
+        "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",
+        10,
+        "Failed logins an account may have from one address (or one device it knows) in the window",
+    ),
+    Setting(
+        "LOGIN_FAILURES_PER_ACCOUNT",
+        100,
+        "Failed logins an account may have in the window from all addresses; its known devices may still log in",
     ),
     Setting("LOGIN_FAILURES_PER_ADDRESS", 100, "Failed logins one client address may have in the window"),
     Setting("LOGIN_FAILURE_WINDOW_S", 900, "The window failed logins are counted in, in seconds"),
@@ -54,15 +61,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "UNTHROTTLED_ADDRESSES",
         "",
-        "Comma-separated addresses counted but never refused per address (a load generator)",
+        "Comma-separated addresses never counted nor refused per address (a load generator on loopback)",
     ),
+    Setting("TWEETS_PER_MINUTE", 60, "Tweets an account may post in a minute, counted in each process"),
+    Setting("FOLLOWS_PER_MINUTE", 60, "Follows and unfollows an account may make in a minute, counted in each process"),
     Setting(
         "THROTTLE_IN_REDIS",
         False,
         "Count failed logins and registrations in the Redis of CACHE_URL instead of the database",
     ),
     # Sessions.
-    Setting("SECURE_COOKIES", False, "Send the session cookie over https only (set it behind https)"),
+    Setting(
+        "SECURE_COOKIES",
+        False,
+        "Cookies over https only, named __Host-session and __Host-tweepy_device (set it behind https)",
+    ),
+    Setting(
+        "TRUSTED_PROXIES",
+        0,
+        "Proxies in front of nginx (a TLS front) whose X-Forwarded-For and -Proto are believed; 0: none",
+    ),
+    Setting("SESSION_LIFETIME_S", 14 * 24 * 3600, "Longest a session lives from its log in, in seconds"),
+    Setting("SESSION_IDLE_S", 2 * 24 * 3600, "A session ends after this many seconds without a request"),
     # Pages and requests.
     Setting("PAGE_SIZE", 50, "Tweets or users per page"),
     Setting("MAX_CONTENT_LENGTH", 1024 * 1024, "Largest request body accepted; bigger ones get 413"),
@@ -171,14 +191,26 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
     return config
 
 
-def shown(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings as they may be logged: no secret key, no database or Redis password."""
+# Query parameters of a database or Redis URL that carry a secret (libpq's, psycopg's and redis-py's names).
+SECRET_PARAMETERS = {"password", "sslpassword", "passfile"}
+
+
+def loggable_url(url: str) -> str:
+    """A database or Redis URL as it may be logged: its password hidden, whether it comes as
+    ``user:password@`` or as a query parameter (``?password=``)."""
     from sqlalchemy.engine import make_url
 
+    # SQLAlchemy's parser reads a Redis URL's user, password and query the same way.
+    parsed = make_url(url)
+    hidden = {key: "***" if key.lower() in SECRET_PARAMETERS else value for key, value in parsed.query.items()}
+    return parsed.set(query=hidden).render_as_string(hide_password=True)
+
+
+def shown(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings as they may be logged: no secret key, no database or Redis password."""
     visible = {s.name: config[s.name] for s in SETTINGS if s.name != "SECRET_KEY"}
-    visible["DATABASE_URL"] = make_url(config["DATABASE_URL"]).render_as_string(hide_password=True)
-    # SQLAlchemy's parser reads a Redis URL's user and password the same way.
-    visible["CACHE_URL"] = make_url(config["CACHE_URL"]).render_as_string(hide_password=True)
+    visible["DATABASE_URL"] = loggable_url(config["DATABASE_URL"])
+    visible["CACHE_URL"] = loggable_url(config["CACHE_URL"])
     return visible
 
 

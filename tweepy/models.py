@@ -54,7 +54,7 @@ class User(db.Model):
     email: Mapped[str] = mapped_column(String(254), unique=True)
     password_hash: Mapped[str] = mapped_column(String(60))
     created: Mapped[datetime] = mapped_column(default=utcnow)
-    # Part of every session cookie of this user; logging out moves it on, so every copy of the cookie stops working.
+    # Not read: sessions are rows of throttle_events (kind "session"); a migration may drop it.
     session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     __table_args__ = (
@@ -109,7 +109,10 @@ class CacheInvalidation(db.Model):
 
 
 class ThrottleEvent(db.Model):
-    """Failed logins and registrations, counted per account or client address before any hashing (throttle.py)."""
+    """Events the app keeps by kind and subject: attempts to log in and register, counted before any
+    hashing (throttle.py), and live sessions (kind "session", subject "<user id>:<digest of the session
+    id>", at: when it started; auth.py). Sessions live here, not in a table of their own, because the
+    stages before the database step run at revision 0002, which has this table and no other to hold them."""
 
     __tablename__ = "throttle_events"
     __table_args__ = (

@@ -34,11 +34,16 @@ class UserRow(NamedTuple):
 
 @row_type
 class Account(NamedTuple):
-    """Who a session belongs to: the user, and the session epoch their cookie must carry."""
-
     id: int
     name: str
-    session_epoch: int
+
+
+class SessionRow(NamedTuple):
+    """A live session: whose it is, and when it started (its absolute lifetime runs from then)."""
+
+    user_id: int
+    name: str
+    started: datetime
 
 
 class Profile(NamedTuple):
@@ -68,9 +73,18 @@ def page_size() -> int:
 # reuses their compiled form as it is, where a statement built per call on the mapped classes
 # pays for its building, its cache key and the ORM's execution besides: twice the read itself.
 TWEETS, USERS, FOLLOWS, EVENTS = Tweet.__table__, User.__table__, Follow.__table__, ThrottleEvent.__table__
-ACCOUNT = select(USERS.c.id, USERS.c.name, USERS.c.session_epoch).where(USERS.c.id == bindparam("user_id"))
+# A live session is an event of kind SESSION whose subject is the user id and the digest of the session id.
+SESSION = "session"
+SESSION_OF = (
+    select(USERS.c.id, USERS.c.name, EVENTS.c.at)
+    .join(EVENTS, (EVENTS.c.kind == SESSION) & (EVENTS.c.subject == bindparam("subject")))
+    .where(USERS.c.id == bindparam("user_id"))
+)
 USER_NAMED = select(USERS.c.id, USERS.c.name).where(func.lower(USERS.c.name) == bindparam("name"))
-CREDENTIALS = select(USERS.c.id, USERS.c.name, USERS.c.session_epoch, USERS.c.password_hash).where(
+SESSIONS_OF = select(EVENTS.c.subject, EVENTS.c.at).where(
+    EVENTS.c.kind == SESSION, EVENTS.c.subject >= bindparam("first"), EVENTS.c.subject < bindparam("after")
+)
+CREDENTIALS = select(USERS.c.id, USERS.c.name, USERS.c.password_hash).where(
     func.lower(USERS.c.name) == bindparam("name")
 )
 EMAIL_TAKEN = select(USERS.c.id).where(USERS.c.email == bindparam("email"))
@@ -154,11 +168,25 @@ def _tweet_rows(newest, older, user_id: int, before: int | None) -> tuple[TweetR
     return tuple(TweetRow(*row) for row in rows.all())
 
 
-@memoized("user")
-def account_of(user_id: int) -> Account | None:
-    """The logged-in user of a session, read on every request (cached where a log out is seen everywhere at once)."""
-    row = db.session.execute(ACCOUNT, {"user_id": user_id}).one_or_none()
-    return Account(*row) if row else None
+def session_subject(user_id: int, digest: str) -> str:
+    """Where a session is kept: its user (so all of one user's sessions are one range) and its digest."""
+    return f"{user_id}:{digest}"
+
+
+@memoized("session")
+def session_of(user_id: int, digest: str) -> SessionRow | None:
+    """The live session of this user with this digest of its id, read on every request of a logged-in
+    person (cached where a log out is seen everywhere at once); None once it ended."""
+    subject = session_subject(user_id, digest)
+    row = db.session.execute(SESSION_OF, {"user_id": user_id, "subject": subject}).one_or_none()
+    return SessionRow(*row) if row else None
+
+
+def sessions_of(user_id: int) -> list[tuple[str, datetime]]:
+    """The digest of each of a user's sessions, and when it started (for writes ending them; never cached)."""
+    # One range of the (kind, subject) index: ";" is the character after ":".
+    rows = db.session.execute(SESSIONS_OF, {"first": session_subject(user_id, ""), "after": f"{user_id};"})
+    return [(subject.partition(":")[2], started) for subject, started in rows]
 
 
 def is_possible_name(name: str) -> bool:
@@ -185,7 +213,7 @@ def credentials_of(name: str) -> tuple[Account, str] | None:
     if not is_possible_name(name):
         return None
     row = db.session.execute(CREDENTIALS, {"name": name.lower()}).one_or_none()
-    return (Account(row.id, row.name, row.session_epoch), row.password_hash) if row else None
+    return (Account(row.id, row.name), row.password_hash) if row else None
 
 
 def recent_events(kind: str, subject: str, since: datetime) -> int:

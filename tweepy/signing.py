@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import cachetools
 from flask import Flask, Request, current_app, g, session
@@ -117,11 +118,18 @@ def page_token() -> str:
 
 
 def init_app(app: Flask) -> None:
-    """The session cookie: never read by scripts, not sent by other sites' forms, https-only when asked."""
+    """The session cookie: never read by scripts, not sent by other sites' forms, https-only when asked,
+    and then named so that browsers take it only from this very host, over https, for every path."""
+    if app.config["SECURE_COOKIES"]:
+        app.config["SESSION_COOKIE_NAME"] = "__Host-session"
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=app.config["SECURE_COOKIES"],
+        # A cookie signed longer ago than the idle time is refused; auth.py signs a session's again
+        # now and then while it is used, not on every answer.
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=app.config["SESSION_IDLE_S"]),
+        SESSION_REFRESH_EACH_REQUEST=False,
     )
     # Flask opens and saves every request's session through app.session_interface, its hook for
     # replacing how sessions are kept: ours signs and checks as Flask's does, with less work a request.

@@ -23,6 +23,7 @@ LINKED = {
     "users": ("users.index", {}),
     "login": ("auth.login", {}),
     "logout": ("auth.logout", {}),
+    "logout_everywhere": ("auth.logout_everywhere", {}),
     "register": ("auth.register", {}),
     "stylesheet": ("static", {"filename": "style.css"}),
     "script": ("static", {"filename": "tweepy.js"}),
@@ -66,9 +67,15 @@ SECURITY_HEADERS = {
 }
 
 
+# Over https, browsers are told to come back over https only, for a year.
+STRICT_TRANSPORT = {"Strict-Transport-Security": "max-age=31536000"}
+
+
 @bp.after_app_request
 def add_security_headers(response):
     response.headers.extend(SECURITY_HEADERS)
+    if request.is_secure:
+        response.headers.extend(STRICT_TRANSPORT)
     return response
 
 

@@ -1,41 +1,48 @@
-"""Limits on failed logins and registrations, checked before any password is hashed.
+"""Limits on logins and registrations, counted before any password is hashed.
 
 A hash is slow on purpose (bcrypt), so a client that may try passwords without limit can both guess
-them and keep the machine busy. A failed login counts against the account and against the client's
-address; a registration against the address. Successful logins never count. The counts are rows of
-``throttle_events`` (written by ``writes.py``), so every process, and every node sharing the
-database, sees the same ones; they are checked with one indexed count each. With
-``THROTTLE_IN_REDIS`` they live in the Redis of ``CACHE_URL`` instead (``RedisCounts``).
+them and keep the machine busy; yet a limit anyone can reach is a way to lock others out. So a login
+from a device that logged in to the account before (its signed cookie, ``devices.py``) counts against
+that device only; any other counts against the account from this address, the address, and the
+account as a whole (a limit far above what a person types, which only slows guessing). An attempt is
+counted before its hash and taken back when it succeeds or is refused, so concurrent guesses get at
+most a limit's worth of hashes. A registration counts before the form says a name is taken.
 
-Addresses in ``UNTHROTTLED_ADDRESSES`` are counted like any other but never refused: a load
-generator plays thousands of people from one address. The per-account limit holds for everyone.
+The counts are rows of ``throttle_events`` (written by ``writes.py``), seen by every process and node;
+with ``THROTTLE_IN_REDIS`` they are sorted sets in the Redis of ``CACHE_URL`` (``RedisCounts``), and
+in the database while that Redis cannot be reached. Addresses in ``UNTHROTTLED_ADDRESSES`` (a load
+generator) are neither counted nor refused per address. Posting, following and unfollowing have
+per-account limits a minute, counted in each process's memory (``WriteRates``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+import cachetools
 from flask import Flask, current_app, request
 
-from . import queries
+from . import queries, writes
 from .errors import TooMany
 from .models import utcnow
 
 FAILED_LOGIN_BY_ACCOUNT = "login-account"
 FAILED_LOGIN_BY_ADDRESS = "login-address"
+FAILED_LOGIN_FROM_HERE = "login-here"  # per account and address
+FAILED_LOGIN_ON_DEVICE = "login-device"  # per account and known device
 REGISTRATION = "register-address"
-# Writes drop events older than the longest window about once every this many events.
-PRUNE_EVERY = 500
-LONGEST_WINDOW = timedelta(days=1)
 # After Redis fails to answer, a process counts in the database this long before asking it
 # again, so during an outage only one request a process a second waits for the timeout.
 REDIS_RETRY_S = 1.0
+# Accounts whose writes a process counts at once (about 100 bytes each); the least recent leave first.
+WRITERS_COUNTED = 100_000
+WRITE_WINDOW_S = 60
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +58,25 @@ class Limit:
 def _limits() -> dict[str, Limit]:
     config = current_app.config
     login_window = timedelta(seconds=config["LOGIN_FAILURE_WINDOW_S"])
+    from_here = "Too many failed logins for this account from here."
     return {
-        FAILED_LOGIN_BY_ACCOUNT: Limit(
-            FAILED_LOGIN_BY_ACCOUNT,
-            config["LOGIN_FAILURES_PER_ACCOUNT"],
-            login_window,
-            "Too many failed logins for this account.",
+        FAILED_LOGIN_FROM_HERE: Limit(
+            FAILED_LOGIN_FROM_HERE, config["LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS"], login_window, from_here
+        ),
+        FAILED_LOGIN_ON_DEVICE: Limit(
+            FAILED_LOGIN_ON_DEVICE, config["LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS"], login_window, from_here
         ),
         FAILED_LOGIN_BY_ADDRESS: Limit(
             FAILED_LOGIN_BY_ADDRESS,
             config["LOGIN_FAILURES_PER_ADDRESS"],
             login_window,
             "Too many failed logins from your address.",
+        ),
+        FAILED_LOGIN_BY_ACCOUNT: Limit(
+            FAILED_LOGIN_BY_ACCOUNT,
+            config["LOGIN_FAILURES_PER_ACCOUNT"],
+            login_window,
+            "Too many failed logins for this account; a device that logged in to it before still can.",
         ),
         REGISTRATION: Limit(
             REGISTRATION,
@@ -105,38 +119,40 @@ class RedisCounts:
     def name(self, kind: str, subject: str) -> str:
         return f"{self.prefix}{kind}:{subject}"
 
-    def counts(self, checked: list[tuple[Limit, str]]) -> list[int] | None:
-        """Each subject's attempts within its limit's window, in one round trip; None if Redis cannot say."""
-        replies = self._round_trip(checked, lambda pipe, name, _limit, _now: pipe.zcard(name))
-        return None if replies is None else replies[1::2]
-
-    def note(self, attempts: list[tuple[Limit, str]]) -> bool:
-        """Add an attempt, now, for each subject, in one round trip; False if Redis did not take them."""
-
-        def add(pipe, name: str, limit: Limit, now: float) -> None:
-            pipe.zadd(name, {secrets.token_hex(8): now})
-            pipe.expire(name, math.ceil(limit.window.total_seconds()))
-
-        return self._round_trip(attempts, add) is not None
-
-    def _round_trip(self, subjects: list[tuple[Limit, str]], then: Callable) -> list | None:
-        """One transaction over each subject's set: trimmed to its window (an unthrottled address is never
-        checked, only noted, so noting trims too), then ``then``'s commands; None if Redis did not answer."""
+    def note_and_count(self, checked: list[tuple[Limit, str]]) -> tuple[list[str], list[int]] | None:
+        """Add an attempt, now, for each subject, and count each one's attempts within its window, in one
+        transaction (so concurrent attempts are counted in order); the attempts' members and the counts,
+        or None if Redis did not answer."""
         if time.monotonic() < self.unreachable_until:
             return None
         now = time.time()
+        members = [secrets.token_hex(8) for _ in checked]
         try:
             with self.client.pipeline(transaction=True) as pipe:
-                for limit, subject in subjects:
+                for (limit, subject), member in zip(checked, members, strict=True):
                     name = self.name(limit.kind, subject)
                     pipe.zremrangebyscore(name, "-inf", f"({now - limit.window.total_seconds()}")
-                    then(pipe, name, limit, now)
+                    pipe.zadd(name, {member: now})
+                    pipe.expire(name, math.ceil(limit.window.total_seconds()))
+                    pipe.zcard(name)
                 replies = pipe.execute()
         except self.failed as error:
             self._lost(error)
             return None
         self._answered()
-        return replies
+        return members, replies[3::4]
+
+    def withdraw(self, noted: list[tuple[Limit, str, str]], cleared: tuple[str, str] | None) -> None:
+        """Take back these attempts, and with ``cleared`` every attempt of that (kind, subject)."""
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for limit, subject, member in noted:
+                    pipe.zrem(self.name(limit.kind, subject), member)
+                if cleared is not None:
+                    pipe.delete(self.name(*cleared))
+                pipe.execute()
+        except self.failed as error:  # they stay counted, as failures would
+            self._lost(error)
 
     def _lost(self, error: Exception) -> None:
         if self.answering:
@@ -150,7 +166,33 @@ class RedisCounts:
         self.answering = True
 
 
+class WriteRates:
+    """Each account's writes of each kind in this minute, in this process."""
+
+    def __init__(self) -> None:
+        self.counted: cachetools.LRUCache = cachetools.LRUCache(WRITERS_COUNTED)
+
+    def count(self, kind: str, user_id: int, most: int, now: float) -> None:
+        """Count a write, or refuse it (``TooMany``) if the account made ``most`` of them this minute."""
+        minute, into = divmod(now, WRITE_WINDOW_S)
+        key = (kind, user_id)
+        counted_minute, made = self.counted.get(key, (minute, 0))
+        if counted_minute != minute:
+            made = 0
+        if made >= most:
+            retry_after = math.ceil(WRITE_WINDOW_S - into)
+            raise TooMany(f"That is a lot of {kind} for a minute: try again in {retry_after} s.", retry_after)
+        self.counted[key] = (minute, made + 1)
+
+
+def count_write(kind: str, user_id: int) -> None:
+    """Refuse (``TooMany``) a post (``kind`` "tweets") or a follow or unfollow ("follows") past its limit."""
+    most = current_app.config["TWEETS_PER_MINUTE" if kind == "tweets" else "FOLLOWS_PER_MINUTE"]
+    current_app.extensions["tweepy_write_rates"].count(kind, user_id, most, time.time())
+
+
 def init_app(app: Flask) -> None:
+    app.extensions["tweepy_write_rates"] = WriteRates()
     if app.config["THROTTLE_IN_REDIS"]:
         app.extensions["tweepy_throttle"] = RedisCounts(
             app.config["CACHE_URL"], app.config["CACHE_KEY_PREFIX"], app.config["CACHE_TIMEOUT_S"]
@@ -161,54 +203,94 @@ def _redis_counts() -> RedisCounts | None:
     return current_app.extensions.get("tweepy_throttle")
 
 
-def noted_in_redis(*attempts: tuple[str, str]) -> bool:
-    """Count these (kind, subject) attempts in Redis if the app counts there and Redis takes them;
-    False means the caller (``writes.py``) must note them in the database."""
-    counts = _redis_counts()
-    if counts is None:
-        return False
-    limits = _limits()
-    return counts.note([(limits[kind], subject) for kind, subject in attempts])
-
-
 def client_address() -> str:
     # nginx passes the client's own address (uwsgi_params' REMOTE_ADDR); the development server sees it directly.
     return (request.remote_addr or "unknown")[:64]
 
 
-def _check(*attempts: tuple[str, str]) -> None:
-    """Refuse if any (kind, subject) reached its limit; the first that did says why."""
-    if not attempts:
-        return
+@dataclass
+class Attempt:
+    """A counted attempt: what it was counted against, and how to take it back."""
+
+    noted: list[tuple[Limit, str, str | int]]  # each limit and subject, with the attempt's member or row id
+    in_redis: bool
+    cleared_on_success: tuple[str, str] | None = None
+
+    def withdraw(self, cleared: tuple[str, str] | None = None) -> None:
+        if not self.noted:
+            return
+        counts = _redis_counts()
+        if self.in_redis and counts is not None:
+            counts.withdraw(self.noted, cleared)
+        else:
+            writes.withdraw_attempts([row for _limit, _subject, row in self.noted], cleared)
+
+    def succeeded(self) -> None:
+        """Not a failure: taken back, and the failures of its device (or account and address) cleared."""
+        self.withdraw(self.cleared_on_success)
+
+
+def _count(*attempts: tuple[str, str], cleared_on_success: tuple[str, str] | None = None) -> Attempt:
+    """Count an attempt against each (kind, subject); refuse (``TooMany``), taking it back, if that is
+    more than a limit allows, the first such limit saying why."""
     limits = _limits()
     checked = [(limits[kind], subject) for kind, subject in attempts]
+    if not checked:
+        return Attempt([], in_redis=False)
     counts = _redis_counts()
-    in_redis = None if counts is None else counts.counts(checked)
-    for i, (limit, subject) in enumerate(checked):
-        # The database counts one at a time, so a refusal by the first limit spares the second count.
-        recent = (
-            in_redis[i] if in_redis is not None else queries.recent_events(limit.kind, subject, utcnow() - limit.window)
-        )
-        if recent >= limit.most:
+    in_redis = None if counts is None else counts.note_and_count(checked)
+    if in_redis is not None:
+        members, recent = in_redis
+        attempt = Attempt([(*each, member) for each, member in zip(checked, members, strict=True)], True)
+    else:
+        # Committed before counting: of concurrent attempts, the last to count sees every other.
+        ids = writes.note_attempts(list(attempts))
+        attempt = Attempt([(*each, row) for each, row in zip(checked, ids, strict=True)], False)
+        now = utcnow()
+        recent = (queries.recent_events(limit.kind, subject, now - limit.window) for limit, subject in checked)
+    attempt.cleared_on_success = cleared_on_success
+    for (limit, _subject), seen in zip(checked, recent, strict=False):
+        if seen > limit.most:
+            attempt.withdraw()
             seconds = limit.window.total_seconds()
             raise TooMany(f"{limit.message} Try again in {math.ceil(seconds / 60)} minutes.", retry_after=int(seconds))
+    return attempt
 
 
 def _exempt(address: str) -> bool:
     return address in {a.strip() for a in current_app.config["UNTHROTTLED_ADDRESSES"].split(",") if a.strip()}
 
 
-def check_login(name: str, address: str) -> None:
-    """Refuse (``TooMany``) a login whose account or address failed too often lately."""
-    checks = []
-    if queries.is_possible_name(name):
-        checks.append((FAILED_LOGIN_BY_ACCOUNT, name.lower()))
-    if not _exempt(address):
-        checks.append((FAILED_LOGIN_BY_ADDRESS, address))
-    _check(*checks)
+def from_here(account: str, address: str) -> str:
+    """The subject of an account's logins from one address: it fits in 64 characters (a name has 32 at
+    most), with a digest of the address."""
+    return f"{account}|{hashlib.blake2b(address.encode(), digest_size=12).hexdigest()}"
 
 
-def check_registration(address: str) -> None:
-    """Refuse (``TooMany``) a registration from an address that registered too often lately."""
+def begin_login(name: str, address: str, device: str | None) -> Attempt:
+    """Count a login attempt before its password is hashed, or refuse it (``TooMany``).
+
+    ``device`` is the id of a device that logged in to this account before: its attempts count against
+    that device alone. The caller ends the attempt with ``succeeded()`` or, if it was never tried,
+    ``withdraw()``; a failure stays counted.
+    """
+    account = name.lower() if queries.is_possible_name(name) else None
+    if account is not None and device is not None:
+        on_device = (FAILED_LOGIN_ON_DEVICE, f"{account}|{device}")
+        return _count(on_device, cleared_on_success=on_device)
+    attempts = []
+    here = None
+    if account is not None:
+        here = (FAILED_LOGIN_FROM_HERE, from_here(account, address))
+        attempts.append(here)
     if not _exempt(address):
-        _check((REGISTRATION, address))
+        attempts.append((FAILED_LOGIN_BY_ADDRESS, address))
+    if account is not None:
+        attempts.append((FAILED_LOGIN_BY_ACCOUNT, account))
+    return _count(*attempts, cleared_on_success=here)
+
+
+def begin_registration(address: str) -> Attempt:
+    """Count a registration attempt from this address, or refuse it (``TooMany``); it counts whatever comes
+    of it, so the form's answers (a name or email taken) are as limited as the accounts made."""
+    return Attempt([], in_redis=False) if _exempt(address) else _count((REGISTRATION, address))

@@ -8,7 +8,7 @@ from flask import Blueprint, current_app, redirect, render_template, url_for
 from flask_login import current_user, login_required
 from markupsafe import Markup, escape
 
-from . import fragments, queries, site, writes
+from . import fragments, queries, site, throttle, writes
 from .forms import ActionForm, TweetForm
 from .navigation import go_back
 from .paging import LARGEST_ID, older_tweets_url, tweet_id_arg
@@ -72,6 +72,7 @@ def post():
     form = TweetForm()
     if not form.validate_on_submit():
         return _render_timeline(form, 400)
+    throttle.count_write("tweets", current_user.id)
     writes.post_tweet(current_user.id, form.tweet.data)
     return redirect(url_for("tweets.timeline"), code=303)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, render_template, request, url_for
 from flask_login import current_user, login_required
 
-from . import queries, site, writes
+from . import queries, site, throttle, writes
 from .forms import ActionForm
 from .navigation import go_back
 from .paging import is_full, older_tweets_url, page_arg, tweet_id_arg, user_id_arg
@@ -97,6 +97,7 @@ def _people(listing: str, user: queries.UserRow, users: tuple[queries.UserRow, .
 @login_required
 def follow(name: str):
     user = _user_or_404(name)
+    throttle.count_write("follows", current_user.id)
     writes.follow(current_user.id, user.id)
     return go_back(ActionForm().next.data, "users.profile", name=user.name)
 
@@ -105,5 +106,6 @@ def follow(name: str):
 @login_required
 def unfollow(name: str):
     user = _user_or_404(name)
+    throttle.count_write("follows", current_user.id)
     writes.unfollow(current_user.id, user.id)
     return go_back(ActionForm().next.data, "users.profile", name=user.name)

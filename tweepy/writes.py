@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from . import queries, throttle
+from . import queries
 from .cache import cache, forget, patch
 from .errors import Invalid, NotAllowed, NotFound, Taken
 from .extensions import db
@@ -34,9 +35,9 @@ NEW_FOLLOW = insert(FOLLOWS).values(follower_id=bindparam("follower_id"), follow
 GONE_FOLLOW = delete(FOLLOWS).where(
     FOLLOWS.c.follower_id == bindparam("follower_id"), FOLLOWS.c.followed_id == bindparam("followed_id")
 )
-NEXT_SESSION_EPOCH = (
-    update(USERS).where(USERS.c.id == bindparam("user_id")).values(session_epoch=USERS.c.session_epoch + 1)
-)
+# Writes drop throttle events older than the longest window about once every this many events.
+PRUNE_EVERY = 500
+LONGEST_WINDOW = timedelta(days=1)
 
 
 @contextmanager
@@ -52,50 +53,76 @@ def transaction() -> Iterator[None]:
     cache().after_commit()
 
 
-def register(name: str, email: str, password_hash: str, address: str) -> queries.Account:
-    # Counted in Redis before the commit, an attempt on a name just taken counts too; in the
-    # database, with the account, or not at all.
-    in_redis = throttle.noted_in_redis((throttle.REGISTRATION, address))
+def register(name: str, email: str, password_hash: str) -> queries.Account:
     try:
         with transaction():
             user = User(name=name, email=email.lower(), password_hash=password_hash)
             db.session.add(user)
             db.session.flush()
-            if not in_redis:
-                _note_attempts((throttle.REGISTRATION, address))
             forget(queries.user_named.key(name), queries.users_page.key(queries.users_page_listing(user.id)))
     except IntegrityError:
         # Someone took the name or the email between the form's check and now.
         raise Taken("email" if queries.email_taken(email) else "name") from None
-    return queries.Account(user.id, user.name, user.session_epoch)
+    return queries.Account(user.id, user.name)
 
 
-def note_failed_login(name: str, address: str) -> None:
-    """Count a failed login against the account (when the name could exist) and the client address,
-    in Redis when the app counts there (no transaction then)."""
-    attempts = [(throttle.FAILED_LOGIN_BY_ADDRESS, address)]
-    if queries.is_possible_name(name):
-        attempts.append((throttle.FAILED_LOGIN_BY_ACCOUNT, name.lower()))
-    if throttle.noted_in_redis(*attempts):
+def note_attempts(attempts: list[tuple[str, str]]) -> list[int]:
+    """Log an attempt (a throttle event) for each (kind, subject), committed before anyone counts them, so
+    concurrent attempts see each other; now and then drop the events no window still needs. Their ids."""
+    with transaction():
+        ids = db.session.scalars(
+            insert(ThrottleEvent).returning(ThrottleEvent.id), [{"kind": k, "subject": s} for k, s in attempts]
+        ).all()
+        if max(ids) // PRUNE_EVERY != (min(ids) - 1) // PRUNE_EVERY:
+            old = (ThrottleEvent.kind != queries.SESSION) & (ThrottleEvent.at < utcnow() - LONGEST_WINDOW)
+            db.session.execute(delete(ThrottleEvent).where(old))
+    return ids
+
+
+def withdraw_attempts(ids: list[int], cleared: tuple[str, str] | None = None) -> None:
+    """Take back attempts that must not count (refused, or a login that succeeded), and with ``cleared``
+    every earlier attempt of that (kind, subject) too."""
+    with transaction():
+        db.session.execute(delete(ThrottleEvent).where(ThrottleEvent.id.in_(ids)))
+        if cleared is not None:
+            kind, subject = cleared
+            earlier = delete(ThrottleEvent).where(ThrottleEvent.kind == kind, ThrottleEvent.subject == subject)
+            db.session.execute(earlier)
+
+
+def start_session(user_id: int, digest: str, lifetime: timedelta) -> None:
+    """A new session of this user, under the digest of its id. The user's sessions older than ``lifetime``,
+    which can no longer be used, go: a user keeps at most the sessions of one lifetime's logins."""
+    expired = [old for old, started in queries.sessions_of(user_id) if started < utcnow() - lifetime]
+    with transaction():
+        _end_sessions(user_id, expired)
+        db.session.execute(
+            insert(ThrottleEvent).values(kind=queries.SESSION, subject=queries.session_subject(user_id, digest))
+        )
+
+
+def end_session(user_id: int, digest: str) -> None:
+    """Log out this device: every copy of its cookie stops working, and no other session."""
+    with transaction():
+        _end_sessions(user_id, [digest])
+
+
+def end_all_sessions(user_id: int) -> None:
+    """Log out everywhere: every session of this user ends."""
+    with transaction():
+        _end_sessions(user_id, [digest for digest, _started in queries.sessions_of(user_id)])
+
+
+def _end_sessions(user_id: int, digests: list[str]) -> None:
+    """Within a transaction: these sessions end, and so do their cached reads."""
+    if not digests:
         return
-    with transaction():
-        _note_attempts(*attempts)
-
-
-def _note_attempts(*attempts: tuple[str, str]) -> None:
-    """Within a transaction: log throttle events, and now and then drop the ones no window still needs."""
-    ids = db.session.scalars(
-        insert(ThrottleEvent).returning(ThrottleEvent.id), [{"kind": k, "subject": s} for k, s in attempts]
-    ).all()
-    if max(ids) // throttle.PRUNE_EVERY != (min(ids) - 1) // throttle.PRUNE_EVERY:
-        db.session.execute(delete(ThrottleEvent).where(ThrottleEvent.at < utcnow() - throttle.LONGEST_WINDOW))
-
-
-def end_sessions(user_id: int) -> None:
-    """Log out everywhere: every cookie carrying the old session epoch stops working."""
-    with transaction():
-        db.session.execute(NEXT_SESSION_EPOCH, {"user_id": user_id})
-        forget(queries.account_of.key(user_id))
+    subjects = [queries.session_subject(user_id, digest) for digest in digests]
+    db.session.execute(
+        delete(ThrottleEvent).where(ThrottleEvent.kind == queries.SESSION, ThrottleEvent.subject.in_(subjects))
+    )
+    for digest in digests:
+        forget(queries.session_of.key(user_id, digest))
 
 
 def post_tweet(author_id: int, text: str) -> int:

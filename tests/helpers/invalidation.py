@@ -8,8 +8,10 @@ change on the profiles (tweets, followers, following), and every profile must sh
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 from flask_migrate import upgrade
@@ -29,12 +31,13 @@ PAGE_SIZE = 2  # small pages, so every registration changes one
 
 
 def possible_args(user_ids: list[int]) -> dict[str, list[tuple]]:
-    """Every argument each cached read can be asked for, ids and names that do not exist included."""
+    """Every argument each cached read can be asked for, ids, names and sessions that do not exist included."""
     ids = [*user_ids, max(user_ids, default=0) + 1]
+    sessions = [(i, digest) for i in user_ids for digest, _started in queries.sessions_of(i)]
     names = [*NAMES, *(n.upper() for n in NAMES), "nobody", "K\u212aelvin"]
     pages = range(1, len(ids) // PAGE_SIZE + 3)
     return {
-        "user": [(i,) for i in ids],
+        "session": [*sessions, *((i, "0" * 40) for i in ids)],
         "user_named": [(n,) for n in names],
         "following": [(i,) for i in ids],
         "newest_tweets_by": [(i,) for i in ids],
@@ -72,6 +75,9 @@ class InvalidationWorld(RuleBasedStateMachine):
     def user_ids(self) -> list[int]:
         return list(db.session.scalars(select(User.id).order_by(User.id)))
 
+    def sessions(self) -> list[tuple[int, str]]:
+        return [(i, digest) for i in self.user_ids() for digest, _started in queries.sessions_of(i)]
+
     def tweets(self) -> list[tuple[int, int]]:
         return list(db.session.execute(select(Tweet.id, Tweet.author_id).order_by(Tweet.id)))
 
@@ -84,7 +90,7 @@ class InvalidationWorld(RuleBasedStateMachine):
     def register(self, name: str) -> None:
         if queries.is_possible_name(name):
             try:
-                account = writes.register(name, f"{name}@example.com", PASSWORD_HASH, "192.0.2.1")
+                account = writes.register(name, f"{name}@example.com", PASSWORD_HASH)
             except errors.Taken:
                 pass
             else:
@@ -119,14 +125,36 @@ class InvalidationWorld(RuleBasedStateMachine):
         self.finish()
 
     @precondition(lambda self: self.user_ids())
+    @rule(data=st.data(), expired=st.booleans())
+    def start_session(self, data, expired: bool) -> None:
+        user_id = data.draw(st.sampled_from(self.user_ids()))
+        # A lifetime of nothing: every session the user had expired, and goes.
+        lifetime = timedelta(0) if expired else timedelta(days=14)
+        writes.start_session(user_id, secrets.token_hex(20), lifetime)
+        self.finish()
+
+    @precondition(lambda self: self.sessions())
     @rule(data=st.data())
-    def end_sessions(self, data) -> None:
-        writes.end_sessions(data.draw(st.sampled_from(self.user_ids())))
+    def end_session(self, data) -> None:
+        writes.end_session(*data.draw(st.sampled_from(self.sessions())))
+        self.finish()
+
+    @precondition(lambda self: self.user_ids())
+    @rule(data=st.data())
+    def end_all_sessions(self, data) -> None:
+        writes.end_all_sessions(data.draw(st.sampled_from(self.user_ids())))
         self.finish()
 
     @rule(name=st.sampled_from([*NAMES, "not a name"]))
-    def note_failed_login(self, name: str) -> None:
-        writes.note_failed_login(name, "192.0.2.1")
+    def note_attempts(self, name: str) -> None:
+        self.noted = writes.note_attempts([("login-account", name.lower()), ("login-address", "192.0.2.1")])
+        self.finish()
+
+    @precondition(lambda self: getattr(self, "noted", None))
+    @rule(name=st.sampled_from(NAMES))
+    def withdraw_attempts(self, name: str) -> None:
+        writes.withdraw_attempts(self.noted, ("login-here", name.lower()))
+        self.noted = None
         self.finish()
 
     @precondition(lambda self: len(self.user_ids()) >= 2)

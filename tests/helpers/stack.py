@@ -28,6 +28,9 @@ def start_stage(number: int, folder: Path, **settings: str) -> stages.Running:
         # Only to keep the suite quick; the cost itself is a setting like any other.
         "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
         "TWEEPY_WORKER_HEADER": "true",
+        # The tests' writers post as fast as they can; the limits on writes have tests of their own.
+        "TWEEPY_TWEETS_PER_MINUTE": "1000000",
+        "TWEEPY_FOLLOWS_PER_MINUTE": "1000000",
     }
     env.update({f"TWEEPY_{name}": value for name, value in settings.items()})
     seed = ["--users", str(SEED_USERS), "--tweets", "300", "--follows", "5"]
