@@ -26,10 +26,16 @@ SESSIONS_EACH = 3  # several sessions of one user race on the same pairs
 STEPS = 30
 
 
+# The writers here post and follow far faster than a person: the per-account write limits would refuse them.
+UNLIMITED_WRITES = {"TWEETS_PER_MINUTE": 100_000, "FOLLOWS_PER_MINUTE": 100_000}
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def counted_app(request, make_app):
     if request.param == "sqlite":
-        yield make_app(CACHE="local", FRAGMENT_CACHE=True, TIMELINE_FROM_CACHED_PAGES=True, SQLITE_TUNED=True)
+        yield make_app(
+            CACHE="local", FRAGMENT_CACHE=True, TIMELINE_FROM_CACHED_PAGES=True, SQLITE_TUNED=True, **UNLIMITED_WRITES
+        )
         return
     import redis
     from flask_migrate import upgrade
@@ -41,6 +47,7 @@ def counted_app(request, make_app):
             "SECRET_KEY": "test-secret",
             "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
             "TESTING": True,
+            **UNLIMITED_WRITES,
             **{"CACHE": "redis", "CACHE_URL": redis_url(), "CACHE_KEY_PREFIX": prefix, "FRAGMENT_CACHE": True},
         }
         app = create_app(settings)

@@ -131,8 +131,10 @@ def test_values_come_back_from_redis_as_the_types_the_reads_return(two_nodes):
     warm(alice, "/users/")
     warm(alice, "/users/bob/")
     alice_id, bob_id = user_id(apps[A], "alice"), user_id(apps[A], "bob")
+    with apps[A].app_context():
+        ((alices_session, _),) = queries.sessions_of(alice_id)
     reads = [
-        (queries.account_of, (alice_id,)),
+        (queries.session_of, (alice_id, alices_session)),
         (queries.user_named, ("bob",)),
         (queries.following_of, (alice_id,)),
         (queries.newest_tweets_by, (bob_id,)),

@@ -38,6 +38,7 @@ class Account(NamedTuple):
     name: str
 
 
+@row_type
 class SessionRow(NamedTuple):
     """A live session: whose it is, and when it started (its absolute lifetime runs from then)."""
 
@@ -46,6 +47,7 @@ class SessionRow(NamedTuple):
     started: datetime
 
 
+@row_type
 class Profile(NamedTuple):
     """What a profile says of its user besides their tweets."""
 
