@@ -111,7 +111,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("TWEEPY_BENCH_COLD_USERS", 100, "Users of the cold start (the bench sets the capacity step's)", 1),
     Setting(
-        "TWEEPY_BENCH_COLD_WINDOWS", 3, "Windows measured at the cold start's users; the figure is their median", 1
+        "TWEEPY_BENCH_COLD_WINDOWS",
+        3,
+        "Windows of the cold start, each judged; its figures are their medians (0: none)",
+        0,
     ),
     Setting("TWEEPY_BENCH_HERD", 2.0, "Users of the herd that follows the cold start, times its users, all at once", 1),
     Setting(
