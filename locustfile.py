@@ -2,7 +2,7 @@
 
 A closed loop of Locust ``FastHttpUser``s, each thinking 0.5-1.5 s between tasks, logged in as a
 seeded user ``user<k>`` of its own (password ``tweepy123``): no two locust users of one process
-share an account, since logging out ends every session of the account. Forms are filled like a
+share an account, so that each one's sessions are its own. Forms are filled like a
 browser fills them: the CSRF token comes from the last page fetched, and a page is fetched where
 a browser would fetch one: the login and register forms, and the timeline a login or a
 registration redirects to (the app gives a new session a new token). Redirects are never

@@ -156,7 +156,7 @@ def bench_data_environment(plan: Plan, name: str) -> dict[str, str]:
         "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
         "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
         "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        # The load generator plays thousands of people from one address: counted, never refused by address.
+        # The load generator plays thousands of people from one address: neither counted nor refused by address.
         "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
     }
 
@@ -382,7 +382,7 @@ def served(plan: Plan, stage: stages.Stage, master: Path):
         "TWEEPY_DATABASE_URL": database_url,
         "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
         "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        # The load generator plays thousands of people from one address: counted, never refused by address.
+        # The load generator plays thousands of people from one address: neither counted nor refused by address.
         "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
         # A fresh database gets fresh keys in a shared Redis (stages caching there).
         "TWEEPY_CACHE_KEY_PREFIX": f"tweepy-bench-{time.time_ns()}:",
