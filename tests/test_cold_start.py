@@ -5,7 +5,7 @@ and the report's table of them."""
 from __future__ import annotations
 
 import pytest
-from test_locustfile import FakeRunner, log_in, protocol, serve  # noqa: F401 (fixtures and fakes)
+from test_locustfile import driven, log_in, protocol, serve  # noqa: F401 (a fixture and fakes)
 
 from tools import protocol as shared
 from tools.bench import cold_report, figures
@@ -16,27 +16,17 @@ def cold(protocol, tmp_path, monkeypatch):  # noqa: F811
     """A ColdStartAndHerd of 10 users at 5 a second, two 30 s windows, a herd of 20, 10 s recovery windows."""
     from tools.bench import cold_shape
 
-    for name, value in [
-        ("TWEEPY_BENCH_COLD_USERS", "10"),
-        ("TWEEPY_BENCH_COLD_RATE", "5"),
-        ("TWEEPY_BENCH_COLD_WINDOWS", "2"),
-        ("TWEEPY_BENCH_WINDOW", "30"),
-        ("TWEEPY_BENCH_HERD", "2"),
-        ("TWEEPY_BENCH_RECOVERY_WINDOW", "10"),
-        ("TWEEPY_BENCH_RECOVERY_LIMIT", "30"),
-        ("TWEEPY_BENCH_OUT", str(tmp_path / "cold.json")),
-    ]:
-        monkeypatch.setenv(name, value)
-    clock = [1000.0]
-    monkeypatch.setattr(cold_shape.time, "monotonic", lambda: clock[0])
-    shape = cold_shape.ColdStartAndHerd()
-    shape.runner = FakeRunner()
-
-    def later(seconds):
-        clock[0] += seconds
-        return shape.tick()
-
-    return shape, later
+    settings = {
+        "TWEEPY_BENCH_COLD_USERS": "10",
+        "TWEEPY_BENCH_COLD_RATE": "5",
+        "TWEEPY_BENCH_COLD_WINDOWS": "2",
+        "TWEEPY_BENCH_WINDOW": "30",
+        "TWEEPY_BENCH_HERD": "2",
+        "TWEEPY_BENCH_RECOVERY_WINDOW": "10",
+        "TWEEPY_BENCH_RECOVERY_LIMIT": "30",
+        "TWEEPY_BENCH_OUT": str(tmp_path / "cold.json"),
+    }
+    return driven(cold_shape, cold_shape.ColdStartAndHerd, settings, monkeypatch)
 
 
 def test_users_arrive_at_the_cold_rate_then_the_herd_all_at_once_then_back_to_the_users(cold):

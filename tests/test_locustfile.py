@@ -340,22 +340,14 @@ class FakeRunner:
         self.stats, self.user_count = FakeStats(), 0
 
 
-@pytest.fixture
-def search(protocol, tmp_path, monkeypatch):
-    """A SteppedCapacity for steps of 10 and 20 users, 30 s windows, no warm-up, a 60 s ramp limit."""
-    from tools import bench_shape
-
-    for name, value in [
-        ("TWEEPY_BENCH_STEPS", "10 20"),
-        ("TWEEPY_BENCH_WINDOW", "30"),
-        ("TWEEPY_BENCH_WARMUP", "0"),
-        ("TWEEPY_BENCH_RAMP_LIMIT", "60"),
-        ("TWEEPY_BENCH_OUT", str(tmp_path / "steps.json")),
-    ]:
+def driven(module, shape_class, settings: dict[str, str], monkeypatch):
+    """A load shape made with these settings, on a fake runner and a clock that ``later(seconds)`` moves
+    before asking the shape what it wants (as locust's runner does every second)."""
+    for name, value in settings.items():
         monkeypatch.setenv(name, value)
     clock = [1000.0]
-    monkeypatch.setattr(bench_shape.time, "monotonic", lambda: clock[0])
-    shape = bench_shape.SteppedCapacity()
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    shape = shape_class()
     shape.runner = FakeRunner()
 
     def later(seconds):
@@ -363,6 +355,21 @@ def search(protocol, tmp_path, monkeypatch):
         return shape.tick()
 
     return shape, later
+
+
+@pytest.fixture
+def search(protocol, tmp_path, monkeypatch):
+    """A SteppedCapacity for steps of 10 and 20 users, 30 s windows, no warm-up, a 60 s ramp limit."""
+    from tools import bench_shape
+
+    settings = {
+        "TWEEPY_BENCH_STEPS": "10 20",
+        "TWEEPY_BENCH_WINDOW": "30",
+        "TWEEPY_BENCH_WARMUP": "0",
+        "TWEEPY_BENCH_RAMP_LIMIT": "60",
+        "TWEEPY_BENCH_OUT": str(tmp_path / "steps.json"),
+    }
+    return driven(bench_shape, bench_shape.SteppedCapacity, settings, monkeypatch)
 
 
 def log_in(shape, users, failures=0, p95=500):

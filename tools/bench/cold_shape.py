@@ -22,7 +22,7 @@ from pathlib import Path
 
 from locust import LoadTestShape
 
-from tools.bench.figures import cold_summary, herd_figures, judged_window
+from tools.bench.figures import cold_summary, herd_figures, window_figures
 from tools.bench.procfs import cpu_seconds, process_tree
 from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, setting
 
@@ -90,7 +90,7 @@ class ColdStartAndHerd(LoadTestShape):
         server_cpu = cpu_seconds(servers) - self.cpu_at_start[0]
         generator_cpu = cpu_seconds(process_tree([os.getpid()])) - self.cpu_at_start[1]
         seconds = now - self.phase_started
-        window = judged_window(by_type, total, seconds, server_cpu, generator_cpu, self.cores, self.bar)
+        window = window_figures(by_type, total, seconds, server_cpu, generator_cpu, self.cores, self.bar)
         return {**window, "users_running": self.runner.user_count}
 
     def _end_window(self, now: float) -> None:

@@ -65,7 +65,8 @@ def window_figures(
     cores: int,
     bar: Bar,
 ) -> dict:
-    """A measured window: throughput, goodput, hashes counted from its own requests, CPU per request."""
+    """A measured window: throughput, goodput (in requests and in completed protocol tasks), hashes counted
+    from its own requests, CPU per request."""
     requests = total.requests
     hashes = hashes_done(by_type)
     return {
@@ -73,6 +74,7 @@ def window_figures(
         "window_s": round(seconds, 1),
         "rps": round(requests / seconds, 1) if seconds else 0.0,
         "goodput_rps": round((requests - total.failures) / seconds, 1) if seconds else 0.0,
+        "tasks_per_s": round(completed_tasks(by_type) / seconds, 1) if seconds else 0.0,
         "hashes": hashes,
         "hashes_per_s": round(hashes / seconds, 2) if seconds else 0.0,
         "server_cpu_ms_per_request": round(1000 * server_cpu_s / requests, 2) if requests else None,
@@ -81,21 +83,6 @@ def window_figures(
         "generator_cpu_ms_per_request": round(1000 * generator_cpu_s / requests, 3) if requests else None,
         "generator_cpu_share": round(generator_cpu_s / seconds / cores, 3) if seconds else 0.0,
     }
-
-
-def judged_window(
-    by_type: list[RequestStats],
-    total: RequestStats,
-    seconds: float,
-    server_cpu_s: float,
-    generator_cpu_s: float,
-    cores: int,
-    bar: Bar,
-) -> dict:
-    """A window's figures (``window_figures``) and the protocol tasks completed a second in it."""
-    figures = window_figures(by_type, total, seconds, server_cpu_s, generator_cpu_s, cores, bar)
-    figures["tasks_per_s"] = round(completed_tasks(by_type) / seconds, 1) if seconds else 0.0
-    return figures
 
 
 def median_and_spread(values: list[float]) -> dict:
