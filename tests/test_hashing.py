@@ -194,6 +194,22 @@ def test_a_slot_given_back_passes_to_a_waiter_and_stays_counted_busy():
     assert queue.busy == 0
 
 
+def test_a_waiter_killed_after_it_was_handed_a_slot_passes_the_slot_on():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    queue._take(clock.now + 3)
+    waiter = queue._take(clock.now + 3)
+    queue._give_back()  # the slot is handed to the waiter...
+
+    def killed(_timeout):
+        raise KeyboardInterrupt  # ...whose request dies before it wakes
+
+    waiter.given.wait = killed
+    with pytest.raises(KeyboardInterrupt):
+        queue._wait(waiter)
+    assert queue.busy == 0
+
+
 def test_retry_after_is_the_time_the_queue_needs_to_drain_spread_up_to_twice_that():
     assert retry_after_s(queued=20, slots=2, seconds_per_hash=0.3, spread=1.0) == 3
     assert retry_after_s(queued=20, slots=2, seconds_per_hash=0.3, spread=2.0) == 6

@@ -208,7 +208,16 @@ class HashingQueue:
             return waiter
 
     def _wait(self, waiter: Waiter) -> None:
-        waiter.given.wait(max(0.0, waiter.deadline - self.clock()))
+        try:
+            waiter.given.wait(max(0.0, waiter.deadline - self.clock()))
+        except BaseException:  # the request's greenlet killed while it waited: a slot handed to it is passed on
+            with self.lock:
+                handed = waiter.handed
+                if not handed and waiter in self.waiting:
+                    self.waiting.remove(waiter)
+            if handed:
+                self._give_back()
+            raise
         with self.lock:
             if waiter.handed:
                 return
