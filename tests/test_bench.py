@@ -527,6 +527,7 @@ def test_quick_bench_starts_the_stage_afresh_for_a_cold_start_and_a_herd(tmp_pat
     assert "goodput_pct_of_capacity" in cold["herd_figures"]
     assert f"| 6 vertical | {cold['users']} | " in (tmp_path / "RESULTS.md").read_text()
     assert "stage 6 vertical: cold start at" in stdout
+    assert "stage 6 vertical · cold start · herd" in stdout, "progress is shown while it runs"
 
 
 def windows_of(result: dict) -> list[dict]:

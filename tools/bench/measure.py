@@ -296,17 +296,30 @@ def measure_cold_start(plan: Plan, running: stages.Running, raw: Path, users: in
     files = "locustfile.py,tools/bench/cold_shape.py"
     command = locust_command(plan, files, running.url, raw / f"stage{slug}-cold", None, cold_time_limit(plan))
     with open(raw / f"stage{slug}-cold-locust.log", "wb") as log:
-        try:
-            subprocess.run(
-                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=cold_time_limit(plan) + 60
-            )
-        except subprocess.TimeoutExpired:
-            pass
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        ends, shown = time.monotonic() + cold_time_limit(plan) + 60, None
+        while process.poll() is None and time.monotonic() < ends:
+            time.sleep(2)
+            line = cold_progress_line(running.stage.label, out)
+            if line and line != shown:
+                say(line)
+                shown = line
+        if process.poll() is None:
+            process.kill()
+        process.wait()
     try:
         data = json.loads(out.read_text())
     except (OSError, ValueError):
         return {"state": "crashed", "users": users}
     return {**data, "state": "complete" if data.get("state") == "done" else "cut short"}
+
+
+def cold_progress_line(label: str, out: Path) -> str | None:
+    try:
+        p = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return None
+    return f"  stage {label} · cold start · {p['phase']} {p['seconds_in_phase']}s · {p['users']} users"
 
 
 def cold_line(label: str, cold: dict) -> str:
