@@ -45,6 +45,7 @@ class ColdStartAndHerd(LoadTestShape):
         self.servers = list(numbers(setting("TWEEPY_BENCH_SERVER_PIDS")))
         self.cores = os.cpu_count() or 1
         self.phase, self.phase_started, self.began = "start", 0.0, 0.0
+        self.returned_at = 0.0  # when the herd ended and the users went back to ``users``
         self.cpu_at_start: tuple[float, float] = (0.0, 0.0)
         self.result: dict = {"users": self.users, "rate": self.rate, "windows": [], "herd": None, "recovery": []}
         self.state = "running"
