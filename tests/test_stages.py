@@ -11,11 +11,14 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 
+import psycopg
 import pytest
 import requests
 from helpers.http import Visitor, logged_in, worker_of
 from helpers.postgres import fresh_database
+from helpers.services import libpq_url, postgres_url
 from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
 
 from tools import stages
 from tweepy.models import Tweet
@@ -35,7 +38,10 @@ def served(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"stage{stage.number}")
     with ExitStack() as cleanup:
         if stage.app_setting("DATABASE_URL").startswith("postgresql"):
-            database = cleanup.enter_context(fresh_database("stage"))
+            # Reached as the stage's own role, which the runner makes the new database's owner.
+            role = make_url(stage.app_setting("DATABASE_URL")).username
+            fresh = cleanup.enter_context(fresh_database("stage"))
+            database = make_url(fresh).set(username=role).render_as_string(hide_password=False)
         else:
             database = f"sqlite:///{folder / 'tweepy.sqlite3'}"
         yield cleanup.enter_context(start_for_tests(stage, folder, database))
@@ -57,7 +63,7 @@ def start_for_tests(stage, folder, database: str, **settings: str):
     }
     seed = ["--users", str(USERS), "--tweets", "400", "--follows", "5"]
     with stages.start(stage, port=stages.free_port(), var=folder / "var", env=env, seed=seed) as running:
-        running.database = database
+        running.database, running.instance = database, folder / "instance"
         yield running
         if hasattr(running, "engine"):
             running.engine.dispose()
@@ -84,6 +90,29 @@ def test_stage_answers_health_and_serves_login_page(served):
     assert visitor.get("/healthz").text == "ok\n"
     page = visitor.get("/")
     assert page.status_code == 200 and 'name="password"' in page.text
+
+
+def test_a_stage_on_postgresql_is_served_by_a_role_of_its_own_never_the_superuser(served):
+    if not served.database.startswith("postgresql"):
+        pytest.skip("this stage keeps its data in a SQLite file")
+    for visitor in [logged_in(served.url, f"user{k}") for k in range(1, 4)]:
+        assert visitor.get("/tweets/").status_code == 200
+    name, role = make_url(served.database).database, make_url(served.database).username
+    with psycopg.connect(libpq_url(postgres_url())) as admin:
+        sessions = admin.execute(
+            "SELECT a.usename, r.rolsuper FROM pg_stat_activity a JOIN pg_roles r ON r.rolname = a.usename"
+            " WHERE a.datname = %s AND a.pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+        owner = admin.execute("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        password = admin.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (role,)).fetchone()[0]
+    assert role != "postgres" and sessions and set(sessions) == {(role, False)}
+    assert owner == (role,)
+    assert password.startswith("SCRAM-SHA-256$")
+    # libpq's password file, readable by its owner only; the password is in no URL.
+    [entry] = (served.instance / "pgpass").read_text().splitlines()
+    assert (served.instance / "pgpass").stat().st_mode & 0o777 == 0o600
+    assert entry.split(":")[3] == role and entry.split(":")[4] not in served.database
 
 
 def test_stage_serves_static_files(served):

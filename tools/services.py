@@ -1,5 +1,5 @@
 """What a stage on PostgreSQL and Redis needs before it starts: servers that answer, its
-database, and a connection budget the database server can honour.
+database owned by the app's own role, and a connection budget the server can honour.
 
 A stopped local server is started (``scripts/services``, with the machine's own commands);
 one that cannot be reached is one clear line saying what to install or point at.
@@ -13,6 +13,8 @@ operator's psql); the stage refuses to start otherwise, saying by how much.
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[1]
 RESERVED = 10
 LOCAL = {"127.0.0.1", "localhost", "::1", None}
+# The role that makes databases and roles: on a local server, the one the package installs.
+ADMIN = "postgres"
 
 
 def _libpq(url: str, database: str | None = None) -> str:
@@ -38,7 +42,7 @@ def _connect(url: str, database: str | None = None):
 
 def reachable(url: str) -> bool:
     try:
-        with _connect(url, "postgres"):
+        with _connect(_as_admin(url), "postgres"):
             return True
     except Exception:
         return False
@@ -62,15 +66,80 @@ def ensure_server(url: str) -> None:
     )  # fmt: skip
 
 
-def ensure_database(url: str) -> None:
-    """The stage's database exists (created empty when missing); the migrations and the seed do the rest."""
+def _as_admin(url: str) -> str:
+    return make_url(url).set(username=ADMIN, password=None).render_as_string(hide_password=False)
+
+
+def ensure_role(url: str, passfile: Path) -> None:
+    """The URL's role exists, may log in and is no superuser, with a password kept in ``passfile``.
+
+    ``passfile`` is in libpq's format and only its owner may read it: the app's processes
+    get it as ``PGPASSFILE``, so the password is in neither the URL nor the code. A role
+    the URL names without a kept password is given a fresh one.
+    """
+    from psycopg import sql
+
+    parsed = make_url(url)
+    role = parsed.username
+    if role in (None, ADMIN):
+        return
+    # Any port: the bench's network-delay relays stand in for the server on ports of their own.
+    entry = f"{parsed.host or 'localhost'}:*:*:{role}:"
+    kept = [line for line in passfile.read_text().splitlines() if line.startswith(entry)] if passfile.exists() else []
+    password = kept[0].removeprefix(entry) if kept else secrets.token_urlsafe(32)
+    with _connect(_as_admin(url), "postgres") as admin:
+        exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is not None
+        # scram-sha-256 is PostgreSQL's default password_encryption; say so for older servers' sake.
+        admin.execute("SET password_encryption = 'scram-sha-256'")
+        verb = "ALTER" if exists else "CREATE"
+        admin.execute(
+            sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(password)
+            )
+        )
+    if not kept:
+        passfile.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(descriptor, "a") as file:
+            file.write(f"{entry}{password}\n")
+
+
+def _hand_to(url: str, role: str) -> None:
+    """The URL's database and everything in its public schema belong to ``role``."""
+    from psycopg import sql
+
+    name = make_url(url).database
+    with _connect(_as_admin(url), "postgres") as admin:
+        admin.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(role)))
+    with _connect(_as_admin(url), name) as inside:
+        owned = inside.execute(
+            "SELECT c.relname, CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'S', 'v')"
+            " AND pg_get_userbyid(c.relowner) <> %s",
+            (role,),
+        ).fetchall()
+        for relation, kind in owned:
+            inside.execute(
+                sql.SQL("ALTER " + kind + " {} OWNER TO {}").format(sql.Identifier(relation), sql.Identifier(role))
+            )
+
+
+def ensure_database(url: str, passfile: Path) -> None:
+    """The stage's database exists (created empty when missing) and is owned by the URL's role,
+    made with ``ensure_role`` when it is not the admin; the migrations and the seed do the rest."""
     from psycopg import sql
 
     ensure_server(url)
+    role = make_url(url).username or ADMIN
+    ensure_role(url, passfile)
     name = make_url(url).database
-    with _connect(url, "postgres") as admin:
-        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    with _connect(_as_admin(url), "postgres") as admin:
+        missing = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None
+        if missing:
+            admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(role)))
+    if not missing and role != ADMIN:
+        _hand_to(url, role)
 
 
 def budget(max_connections: int, processes: int, per_process: int) -> tuple[bool, str]:
@@ -85,7 +154,7 @@ def budget(max_connections: int, processes: int, per_process: int) -> tuple[bool
 
 
 def check_connection_budget(url: str, processes: int, per_process: int) -> None:
-    with _connect(url) as connection:
+    with _connect(_as_admin(url)) as connection:
         max_connections = int(connection.execute("SHOW max_connections").fetchone()[0])
     fits, line = budget(max_connections, processes, per_process)
     if not fits:
@@ -93,20 +162,23 @@ def check_connection_budget(url: str, processes: int, per_process: int) -> None:
     print(f"==> connection budget: {line}")
 
 
-def recreate_database(url: str, name: str) -> str:
-    """An empty database ``name`` on the server of ``url`` (dropped first if it exists); its URL."""
+def recreate_database(url: str, name: str, passfile: Path) -> str:
+    """An empty database ``name`` on the server of ``url`` (dropped first if it exists), owned
+    by the URL's role; its URL."""
     from psycopg import sql
 
     ensure_server(url)
-    with _connect(url, "postgres") as admin:
+    role = make_url(url).username or ADMIN
+    ensure_role(url, passfile)
+    with _connect(_as_admin(url), "postgres") as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(role)))
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
 def postmaster_pid(url: str) -> int:
     """The server's main process, whose children serve every connection (for measuring its CPU)."""
-    with _connect(url, "postgres") as connection:
+    with _connect(_as_admin(url), "postgres") as connection:
         data_directory = connection.execute("SHOW data_directory").fetchone()[0]
     return int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
 

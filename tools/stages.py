@@ -229,7 +229,9 @@ def prepare_database(stage: Stage, env: dict[str, str], seed: list[str] | None =
         services.ensure_redis(env.get("TWEEPY_CACHE_URL") or stage.app_setting("CACHE_URL"))
     url = env.get("TWEEPY_DATABASE_URL", "")
     if url.startswith("postgresql"):
-        services.ensure_database(url)
+        # The app's role has a password of its own, which libpq reads from this file.
+        env.setdefault("PGPASSFILE", str(instance_folder(env) / "pgpass"))
+        services.ensure_database(url, Path(env["PGPASSFILE"]))
         services.check_connection_budget(url, stage.nodes * stage.processes, pool_of(stage, env))
     flask = [str(BIN / "flask"), "--app", "tweepy"]
     subprocess.run([*flask, "schema", stage.get("SCHEMA_REVISION")], env=env, cwd=ROOT, check=True)
@@ -426,10 +428,14 @@ def wait_healthy(url: str, children, var: Path, timeout: float = 60) -> None:
     raise RuntimeError(f"{url}healthz did not answer within {timeout:.0f}s (logs in {var})")
 
 
+def instance_folder(env: dict[str, str]) -> Path:
+    return Path(env.get("TWEEPY_INSTANCE_PATH") or ROOT / "instance")
+
+
 def written_folders(env: dict[str, str]) -> list[Path]:
     """Where the app servers write besides var: the instance folder (the secret key), and the SQLite
     database's folder (the database, its journal, the cache's write signal)."""
-    instance = Path(env.get("TWEEPY_INSTANCE_PATH") or ROOT / "instance")
+    instance = instance_folder(env)
     url = env.get("TWEEPY_DATABASE_URL", "")
     database = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else instance
     return [instance, database]

@@ -387,7 +387,9 @@ def served(plan: Plan, stage: stages.Stage, master: Path):
     seed = None
     if stage.app_setting("DATABASE_URL").startswith("postgresql"):
         # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
-        database_url = services.recreate_database(stage.app_setting("DATABASE_URL"), "tweepy_bench")
+        database_url = services.recreate_database(
+            stage.app_setting("DATABASE_URL"), "tweepy_bench", WORK / "instance" / "pgpass"
+        )
         seed = ["--users", str(plan.users), "--tweets", str(plan.tweets), "--follows", str(plan.follows)]
     else:
         database_url = f"sqlite:///{fresh_copy(master, WORK / 'bench.sqlite3')}"
