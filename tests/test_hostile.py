@@ -7,9 +7,12 @@ module. The SQLite file is read directly to see what was stored.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import socket
 import string
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug import Request
 
+from tools import stages
 from tools.bench.procfs import minor_faults
 from tools.stages import APP_SERVER_ENV
 from tweepy.forms import TWEET_LENGTH
@@ -523,6 +527,38 @@ def test_nginxs_bad_gateway_page_carries_the_protective_headers(tmp_path):
         app_servers.wait(timeout=30)
         answer = requests.get(running.url + "users/", timeout=10)
     assert answer.status_code == 502
+    assert_protective_headers(answer)
+
+
+def test_nginxs_gateway_timeout_page_carries_the_protective_headers(tmp_path):
+    """An app server that takes the request and never answers: nginx's own 504, read from the
+    stage's nginx.conf with its read timeout shortened to a second."""
+    stage, port = stages.get_stage(4), stages.free_port()
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(tmp_path / "uwsgi.sock"))
+    silent.listen(16)  # accepted by the kernel, never read
+    os.chmod(tmp_path / "uwsgi.sock", 0o777)
+    conf = stages.write_nginx_conf(stage, tmp_path, port)
+    text = conf.read_text()
+    assert "uwsgi_read_timeout 60s;" in text
+    conf.write_text(text.replace("uwsgi_read_timeout 60s;", "uwsgi_read_timeout 1s;"))
+    nginx = subprocess.Popen(
+        [stages.nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                answer = requests.get(f"http://127.0.0.1:{port}/users/", timeout=10)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.1)
+    finally:
+        nginx.terminate()
+        nginx.wait(timeout=10)
+        silent.close()
+    assert answer.status_code == 504
+    assert "nginx" in answer.text or "<center>" in answer.text, "a page nginx made"
     assert_protective_headers(answer)
 
 
