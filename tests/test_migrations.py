@@ -23,7 +23,7 @@ INDEXES = {
     "ix_follows_followed_id_follower_id": "follows",  # who follows X
     "ix_throttle_events_kind_subject_at": "throttle_events",  # recent failures of one account or address
 }
-HEAD = "0004"
+HEAD = "0005"
 TIMELINE_INDEXES = {("ix_tweets_author_id_id", "tweets"), ("ix_follows_followed_id_follower_id", "follows")}
 
 

@@ -54,8 +54,6 @@ class User(db.Model):
     email: Mapped[str] = mapped_column(String(254), unique=True)
     password_hash: Mapped[str] = mapped_column(String(60))
     created: Mapped[datetime] = mapped_column(default=utcnow)
-    # Not read: sessions are rows of throttle_events (kind "session"); a migration may drop it.
-    session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     __table_args__ = (
         # "Bob" and "bob" would be two people who look like one: names are unique whatever their case.
