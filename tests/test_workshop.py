@@ -145,6 +145,28 @@ def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
             locust.wait(timeout=30)
 
 
+@pytest.mark.integration
+def test_plain_headless_locust_learns_how_many_users_the_stage_holds_and_fails_nothing(tmp_path):
+    """`locust -f locustfile.py --headless -H ...` as most locust users type it: no count given."""
+    users = 40
+    env = {
+        "TWEEPY_DATABASE_URL": f"sqlite:///{tmp_path / 'tweepy.sqlite3'}",
+        "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
+        "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
+        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
+    }
+    seed = ["--users", str(users), "--tweets", "400", "--follows", "5"]
+    with stages.start(stages.get_stage(2), port=stages.free_port(), var=tmp_path / "var", env=env, seed=seed) as up:
+        locust = [str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-u", "8", "-r", "8"]
+        locust += ["--run-time", "8s", "--stop-timeout", "5", "-H", up.url.rstrip("/")]
+        plain = {k: v for k, v in os.environ.items() if not k.startswith(("TWEEPY_", "LOCUST_"))}
+        done = subprocess.run(locust, cwd=ROOT, env=plain, capture_output=True, text=True, timeout=90)
+    output = done.stdout + done.stderr
+    assert f"holds {users} seeded users" in output, output[-3000:]
+    assert "BAR MET" in output and " 0 failures in " in output, output[-3000:]
+    assert done.returncode == 0, output[-3000:]
+
+
 # --- the docs: every link and command they give works ---------------------------------------------
 
 
