@@ -40,6 +40,20 @@ def test_compare_names_the_migration_a_new_schema_revision_adds():
     assert "TWEEPY_SQLITE_TUNED" not in text, "the indexes part leaves the pragmas to the whole step"
 
 
+def test_compare_shows_what_each_part_of_a_step_turns_on():
+    gevent = compare.compare(stages.get_stage(4), stages.get_stage(5, "gevent"))
+    assert "TWEEPY_GEVENT: 0 (default) -> 100" in gevent and "TWEEPY_BCRYPT_IN_THREADPOOL" in gevent
+    assert "TWEEPY_BCRYPT_LIBRARY" not in gevent, "the system's bcrypt is the rest of the step"
+
+
+def test_make_compare_takes_a_part_of_the_step():
+    done = subprocess.run(
+        ["make", "-s", "compare", "A=4", "B=5", "PART=gevent"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == compare.compare(stages.get_stage(4), stages.get_stage(5, "gevent"))
+
+
 def test_compare_points_serving_settings_at_the_stage_runner():
     text = compare.compare(stages.get_stage(4), stages.get_stage(5))
     assert "TWEEPY_GEVENT: 0 (default) -> 100" in text
