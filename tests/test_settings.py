@@ -135,6 +135,10 @@ def test_the_steps_that_change_several_things_measure_them_apart():
         return {k for k, v in stage.settings.items() if over.settings.get(k) != v}
 
     cache, concurrency = stages.get_stage(4), stages.get_stage(5)
+    reads, timelines = stages.get_stage(4, "reads"), stages.get_stage(4, "timelines")
+    assert added(reads, stages.get_stage(3)) == {"TWEEPY_CACHE"}
+    assert added(timelines, reads) == {"TWEEPY_TIMELINE_FROM_CACHED_PAGES"}
+    assert added(cache, timelines) == {"TWEEPY_FRAGMENT_CACHE"}
     gevent = stages.get_stage(5, "gevent")
     assert "TWEEPY_GEVENT" in added(gevent, cache) and "TWEEPY_BCRYPT_LIBRARY" not in gevent.settings
     assert added(concurrency, gevent) == {"TWEEPY_BCRYPT_LIBRARY"}, "the system's bcrypt is measured on its own"

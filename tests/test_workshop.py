@@ -41,6 +41,10 @@ def test_compare_names_the_migration_a_new_schema_revision_adds():
 
 
 def test_compare_shows_what_each_part_of_a_step_turns_on():
+    reads = compare.compare(stages.get_stage(3), stages.get_stage(4, "reads"))
+    assert reads.startswith("stage 3 database  ->  stage 4 cache, reads")
+    assert "TWEEPY_CACHE: none (default) -> local" in reads
+    assert "TIMELINE_FROM_CACHED_PAGES" not in reads and "FRAGMENT_CACHE" not in reads
     gevent = compare.compare(stages.get_stage(4), stages.get_stage(5, "gevent"))
     assert "TWEEPY_GEVENT: 0 (default) -> 100" in gevent and "TWEEPY_BCRYPT_IN_THREADPOOL" in gevent
     assert "TWEEPY_BCRYPT_LIBRARY" not in gevent, "the system's bcrypt is the rest of the step"
