@@ -183,6 +183,13 @@ def test_stage_branches_are_made_again_from_a_stage_branch_and_never_half_moved(
     assert stage_tips(clone) == made, "the same ladder makes the very same commits"
 
     git_in(clone, "checkout", "-q", ladder)
+    uncommitted = clone / "stages" / "4-cache" / "part-mine.env"
+    uncommitted.write_text("TWEEPY_CACHE=local\n")
+    dirty = run_branches(clone)
+    assert dirty.returncode != 0 and "commit it first; no branch moved" in dirty.stderr
+    assert stage_tips(clone) == made
+    uncommitted.unlink()
+
     (clone / "NEWS").write_text("a new commit on the ladder\n")
     git_in(clone, "add", "NEWS")
     git_in(clone, "-c", "user.name=Attendee", "-c", "user.email=a@example.com", "commit", "-q", "-m", "News")

@@ -157,7 +157,8 @@ def current_tip(branch: str) -> str | None:
 def main() -> int:
     base = ladder_commit()
     # The stages are read from the working tree, the commits made on ``base``: they must agree.
-    if git("diff", "--name-only", base, "--", "stages", f":!{CURRENT}").strip():
+    changed = git("diff", "--name-only", base, "--", "stages", f":!{CURRENT}")
+    if changed.strip() or git("ls-files", "--others", "--exclude-standard", "--", "stages").strip():
         print(f"stages/branches: stages/ differs from {base[:7]}: commit it first; no branch moved", file=sys.stderr)
         return 1
     identity = identity_of(base)
