@@ -67,7 +67,6 @@ from urllib.parse import urlsplit
 
 import gevent
 from locust import FastHttpUser, between, events, task
-from locust.exception import StopUser
 from locust.runners import WORKER_REPORT_INTERVAL, MasterRunner, WorkerRunner
 
 from tools.protocol import (
@@ -184,7 +183,8 @@ class Visitor(FastHttpUser):
 
     def on_start(self) -> None:
         if SEED_USERS < 2:  # nobody to log in as, or nobody to follow: said when the test started
-            raise StopUser()
+            self.stop()  # before its first task, quietly
+            return
         self.token: str | None = None  # the CSRF token of the last page fetched
         self.retry_at = 0.0  # when a busy site asked to be tried again (time.monotonic())
         self.logged_in = False
@@ -350,6 +350,8 @@ def _learn_how_many_users_are_seeded(environment, **_kwargs) -> None:
     host = environment.host or Visitor.host
     try:
         SEED_USERS = count_seeded(user_exists_at(host))
+        if SEED_USERS < 2:
+            raise LookupError("only user1 is seeded, and the protocol follows someone else")
     except LookupError as error:
         SEED_USERS = 0
         logging.error("cannot tell how many users %s holds: %s; set TWEEPY_SEED_USERS", host, error)

@@ -267,10 +267,14 @@ def test_a_server_that_cannot_answer_is_refused_in_words(protocol):
         exists(1)
 
 
-def test_without_a_count_no_user_starts_until_one_is_learned(protocol, monkeypatch):
+def test_without_a_count_a_user_stops_before_sending_anything(protocol, monkeypatch):
     monkeypatch.setattr(protocol, "SEED_USERS", 0)
-    with pytest.raises(protocol.StopUser):
-        protocol.Visitor.on_start(object.__new__(protocol.Visitor))
+    stopped = []
+    visitor = object.__new__(protocol.Visitor)
+    visitor.stop = lambda: stopped.append(True)
+    visitor.log_in = lambda name=None: pytest.fail("a user without an account logged in")
+    protocol.Visitor.on_start(visitor)
+    assert stopped == [True]
 
 
 # New users and the task mix

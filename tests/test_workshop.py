@@ -286,6 +286,22 @@ def test_plain_headless_locust_learns_how_many_users_the_stage_holds_and_fails_n
     assert done.returncode == 0, output[-3000:]
 
 
+@pytest.mark.integration
+def test_plain_headless_locust_says_so_and_stops_when_it_cannot_learn_the_users():
+    nobody = f"http://127.0.0.1:{stages.free_port()}"
+    locust = [str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-u", "2", "-r", "2"]
+    plain = {k: v for k, v in os.environ.items() if not k.startswith(("TWEEPY_", "LOCUST_"))}
+    started = time.monotonic()
+    done = subprocess.run(
+        [*locust, "--run-time", "60s", "-H", nobody], cwd=ROOT, env=plain, capture_output=True, text=True, timeout=90
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert f"cannot tell how many users {nobody} holds" in output and "set TWEEPY_SEED_USERS" in output
+    assert "BAR MISSED" in output and "Traceback" not in output, output[-3000:]
+    assert time.monotonic() - started < 30, "it stops at once rather than idling for its run time"
+
+
 # --- the docs: every link and command they give works ---------------------------------------------
 
 
