@@ -86,10 +86,10 @@ clean: stop
 	rm -rf var .pytest_cache
 
 # The locust web UI on http://127.0.0.1:8089/ (WEB_PORT=), loading the stage `make run` serves (run that
-# first, in another terminal; PORT= if you gave it one); `make run` seeds 1,000 users, hence
-# TWEEPY_SEED_USERS (SEED_USERS=N for another database).
+# first, in another terminal; PORT= if you gave it one). The locustfile asks the server how many
+# users were seeded; SEED_USERS=N tells it instead.
 locust: $(VENV)/.installed-bench
 	@port=$(or $(PORT),$$($(PY) -c "from tools import stages; print(stages.get_stage($(STAGE)).default_port)")) && \
-	echo "==> locust web UI on http://127.0.0.1:$(or $(WEB_PORT),8089)/ against stage $(STAGE) at http://127.0.0.1:$$port ($(or $(SEED_USERS),1000) seeded users)" && \
-	TWEEPY_SEED_USERS=$(or $(SEED_USERS),1000) exec $(VENV)/bin/locust -f locustfile.py --web-host 127.0.0.1 \
+	echo "==> locust web UI on http://127.0.0.1:$(or $(WEB_PORT),8089)/ against stage $(STAGE) at http://127.0.0.1:$$port" && \
+	$(if $(SEED_USERS),TWEEPY_SEED_USERS=$(SEED_USERS)) exec $(VENV)/bin/locust -f locustfile.py --web-host 127.0.0.1 \
 		--web-port $(or $(WEB_PORT),8089) -H http://127.0.0.1:$$port

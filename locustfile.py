@@ -39,22 +39,30 @@ type and every type that missed, and a missed bar makes the process exit with 1,
 the line is also printed each time a test is stopped. With ``--processes N`` or workers on other
 machines, only the master judges, from the stats of all workers.
 
-Settings (environment, declared in ``tools/protocol.py``): TWEEPY_SEED_USERS (default 10000, the
-users the database was seeded with; ``make run`` seeds 1000), TWEEPY_PAGE_SIZE (default 50, users
-per page of /users/), TWEEPY_BAR_P95_MS, TWEEPY_BAR_FAILURES, TWEEPY_BAR_MIN_REQUESTS. Pass the
-server with -H (default http://127.0.0.1:5000, ``python run.py``). Run it from the repository's
-root (locust puts the working directory on ``sys.path``, which makes ``tools.protocol`` importable).
+How many users were seeded (user1..userN) is asked of the server when a test starts, once per
+locust process: a few GETs of ``/users/user<k>/following/`` find where the names stop (no stats
+count them). TWEEPY_SEED_USERS, when set, is taken as it is instead (the bench passes it).
+
+Settings (environment, declared in ``tools/protocol.py``): TWEEPY_SEED_USERS, TWEEPY_PAGE_SIZE
+(default 50, users per page of /users/), TWEEPY_BAR_P95_MS, TWEEPY_BAR_FAILURES,
+TWEEPY_BAR_MIN_REQUESTS. Pass the server with -H (default http://127.0.0.1:5000, ``python run.py``).
+Run it from the repository's root (locust puts the working directory on ``sys.path``, which makes
+``tools.protocol`` importable).
 """
 
 from __future__ import annotations
 
 import html
 import itertools
+import logging
 import math
 import random
 import re
 import time
+import urllib.error
+import urllib.request
 import uuid
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import gevent
@@ -73,7 +81,7 @@ from tools.protocol import (
     verdict,
 )
 
-SEED_USERS = setting("TWEEPY_SEED_USERS")
+SEED_USERS = setting("TWEEPY_SEED_USERS")  # 0 until learned from the server when a test starts
 PAGE_SIZE = setting("TWEEPY_PAGE_SIZE")
 BAR = bar_from_env()
 
@@ -111,6 +119,45 @@ def retry_after_s(value: str | None) -> float:
         return 0.0
 
 
+def count_seeded(exists: Callable[[int], bool], most: int = 1 << 24) -> int:
+    """How many users user1..userN there are, from about 2 log2(N) answers to "is there a user<k>?".
+
+    Seeded names are consecutive from user1, so the count is where they stop: ``k`` doubles until
+    a user is missing, then the gap between the last found and the first missing is halved.
+    """
+    if not exists(1):
+        raise LookupError("there is no user1: seed the database (flask --app tweepy seed)")
+    found, missing = 1, 2
+    while exists(missing):
+        if missing >= most:
+            raise LookupError(f"user{missing} exists: the names do not stop")
+        found, missing = missing, missing * 2
+    while missing - found > 1:
+        middle = (found + missing) // 2
+        found, missing = (middle, missing) if exists(middle) else (found, middle)
+    return found
+
+
+def user_exists_at(host: str) -> Callable[[int], bool]:
+    """Whether ``user<k>`` exists on the server at ``host``, asked outside locust's stats.
+
+    Whom a user follows is a range of the follows table's key, cheap at every stage."""
+
+    def exists(k: int) -> bool:
+        url = f"{host.rstrip('/')}/users/user{k}/following/"
+        try:
+            with urllib.request.urlopen(url, timeout=30):
+                return True
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return False
+            raise LookupError(f"GET {urlsplit(url).path} answered {error.code}") from None
+        except OSError as error:
+            raise LookupError(f"GET {url} got no answer ({error})") from None
+
+    return exists
+
+
 # --- The protocol -----------------------------------------------------------------------------
 
 
@@ -135,6 +182,9 @@ class Visitor(FastHttpUser):
     wait_time = between(0.5, 1.5)
 
     def on_start(self) -> None:
+        if SEED_USERS < 2:  # nobody to log in as, or nobody to follow: said when the test started
+            self.stop()  # before its first task, quietly
+            return
         self.token: str | None = None  # the CSRF token of the last page fetched
         self.retry_at = 0.0  # when a busy site asked to be tried again (time.monotonic())
         self.logged_in = False
@@ -286,6 +336,29 @@ _WORDS = (  # noqa: SIM905 (one sentence reads better than 27 quoted words)
     "locusts are hungry early today the queue grows robots serve faster cache reads "
     "scale vertically bob has an idea paging is hard but necessary coffee lunch rush"
 ).split()
+
+
+# --- How many users there are ------------------------------------------------------------------
+
+
+@events.test_start.add_listener
+def _learn_how_many_users_are_seeded(environment, **_kwargs) -> None:
+    # Each test, as the web UI may point the next one at another server; a master runs no users.
+    global SEED_USERS
+    if setting("TWEEPY_SEED_USERS") or isinstance(environment.runner, MasterRunner):
+        return
+    host = environment.host or Visitor.host
+    try:
+        SEED_USERS = count_seeded(user_exists_at(host))
+        if SEED_USERS < 2:
+            raise LookupError("only user1 is seeded, and the protocol follows someone else")
+    except LookupError as error:
+        SEED_USERS = 0
+        logging.error("cannot tell how many users %s holds: %s; set TWEEPY_SEED_USERS", host, error)
+        if getattr(environment.parsed_options, "headless", False) and not isinstance(environment.runner, WorkerRunner):
+            gevent.spawn(environment.runner.quit)
+        return
+    logging.info("%s holds %d seeded users (user1..user%d)", host, SEED_USERS, SEED_USERS)
 
 
 # --- The verdict ------------------------------------------------------------------------------

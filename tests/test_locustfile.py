@@ -222,16 +222,59 @@ def test_the_page_a_login_or_registration_lands_on_carries_the_token_the_next_fo
     assert client.post("/tweets/", data={"tweet": "again", "csrf_token": token}).status_code == 303
 
 
-def test_locust_users_of_one_process_get_accounts_of_their_own(protocol):
-    accounts = [protocol.next_seed_account() for _ in range(protocol.SEED_USERS)]
-    assert sorted(accounts) == list(range(1, protocol.SEED_USERS + 1))
+def test_locust_users_of_one_process_get_accounts_of_their_own(protocol, monkeypatch):
+    monkeypatch.setattr(protocol, "SEED_USERS", 50)
+    accounts = [protocol.next_seed_account() for _ in range(50)]
+    assert sorted(accounts) == list(range(1, 51))
 
 
 def test_worker_processes_take_different_accounts(protocol, monkeypatch):
+    monkeypatch.setattr(protocol, "SEED_USERS", 1000)
     monkeypatch.setenv("LOCUST_PROCESSES", "2")
     first = {protocol.next_seed_account(0) for _ in range(100)}
     second = {protocol.next_seed_account(1) for _ in range(100)}
     assert not first & second
+
+
+# How many users were seeded, asked of the server
+
+
+@pytest.mark.parametrize("seeded", [2, 3, 30, 1000, 1024, 1025, 10_000])
+def test_the_seeded_users_are_counted_in_few_questions(protocol, seeded):
+    asked = []
+
+    def exists(k):
+        asked.append(k)
+        return k <= seeded
+
+    assert protocol.count_seeded(exists) == seeded
+    assert len(asked) <= 2 * seeded.bit_length() + 1
+
+
+def test_a_database_without_user1_is_refused_in_words(protocol):
+    with pytest.raises(LookupError, match="no user1"):
+        protocol.count_seeded(lambda k: False)
+
+
+def test_a_server_where_every_name_exists_is_refused_rather_than_asked_forever(protocol):
+    with pytest.raises(LookupError, match="do not stop"):
+        protocol.count_seeded(lambda k: True, most=64)
+
+
+def test_a_server_that_cannot_answer_is_refused_in_words(protocol):
+    exists = protocol.user_exists_at("http://127.0.0.1:9")  # the discard port: nobody listens
+    with pytest.raises(LookupError, match="no answer"):
+        exists(1)
+
+
+def test_without_a_count_a_user_stops_before_sending_anything(protocol, monkeypatch):
+    monkeypatch.setattr(protocol, "SEED_USERS", 0)
+    stopped = []
+    visitor = object.__new__(protocol.Visitor)
+    visitor.stop = lambda: stopped.append(True)
+    visitor.log_in = lambda name=None: pytest.fail("a user without an account logged in")
+    protocol.Visitor.on_start(visitor)
+    assert stopped == [True]
 
 
 # New users and the task mix

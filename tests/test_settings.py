@@ -118,3 +118,27 @@ def test_a_part_of_a_step_is_the_step_before_plus_some_of_the_steps_own_settings
             assert added.items() <= stage.settings.items(), f"{part.label} sets what its step does not"
             assert part.settings != stage.settings, f"{part.label} is the whole step"
             assert stages.get_stage(stage.number, part.part).label == part.label
+
+
+def test_each_part_of_a_step_adds_to_the_one_before_so_each_row_measures_one_change():
+    for stage in (s for s in stages.all_stages() if s.parts()):
+        before = stages.get_stage(stage.number - 1).settings
+        chain = [before, *(part.settings for part in stage.parts()), stage.settings]
+        for earlier, later in zip(chain, chain[1:], strict=False):
+            changed = {k: v for k, v in earlier.items() if before.get(k) != v}
+            assert changed.items() <= later.items(), f"stage {stage.number}: a part undoes what the one before set"
+            assert earlier != later, f"stage {stage.number}: a part changes nothing over the one before"
+
+
+def test_the_steps_that_change_several_things_measure_them_apart():
+    def added(stage, over):
+        return {k for k, v in stage.settings.items() if over.settings.get(k) != v}
+
+    cache, concurrency = stages.get_stage(4), stages.get_stage(5)
+    reads, timelines = stages.get_stage(4, "reads"), stages.get_stage(4, "timelines")
+    assert added(reads, stages.get_stage(3)) == {"TWEEPY_CACHE"}
+    assert added(timelines, reads) == {"TWEEPY_TIMELINE_FROM_CACHED_PAGES"}
+    assert added(cache, timelines) == {"TWEEPY_FRAGMENT_CACHE"}
+    gevent = stages.get_stage(5, "gevent")
+    assert "TWEEPY_GEVENT" in added(gevent, cache) and "TWEEPY_BCRYPT_LIBRARY" not in gevent.settings
+    assert added(concurrency, gevent) == {"TWEEPY_BCRYPT_LIBRARY"}, "the system's bcrypt is measured on its own"

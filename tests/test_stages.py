@@ -147,6 +147,25 @@ def test_register_post_follow_and_see_it(served):
     assert "Unfollow" in visitor.get("/users/user2/").text
 
 
+PARTS = [part for stage in stages.all_stages() for part in stage.parts()]
+
+
+@pytest.mark.parametrize("part", PARTS, ids=lambda part: part.slug)
+def test_every_part_of_a_step_serves_as_its_settings_say(part, tmp_path):
+    with start_for_tests(part, tmp_path, f"sqlite:///{tmp_path / 'tweepy.sqlite3'}") as running:
+        uwsgi = running.process("uwsgi").args
+        assert ("--gevent" in uwsgi) == bool(int(part.get("GEVENT")))
+        visitor = logged_in(running.url, "user1")
+        visitor.get("/tweets/")  # the new session's token
+        text = "posted at " + uuid.uuid4().hex[:8]
+        assert visitor.post("/tweets/", {"tweet": text}).status_code == 303
+        timeline = visitor.get("/tweets/")
+        assert timeline.status_code == 200 and text in timeline.text
+        assert text in visitor.get("/tweets/").text, "read again, from whatever the part keeps"
+        assert visitor.post("/logout/").status_code == 303
+        assert visitor.login("user1", "wrong password").status_code == 401
+
+
 def test_bad_requests_get_clear_4xx(served):
     visitor = logged_in(served.url, "user3")
     assert visitor.post("/tweets/", {"tweet": "no token"}, token=False).status_code == 400

@@ -11,10 +11,11 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from tools import compare, stages
+from tools import branches, compare, stages
 
 ROOT = stages.ROOT
 
@@ -38,6 +39,24 @@ def test_compare_names_the_migration_a_new_schema_revision_adds():
     assert "TWEEPY_SCHEMA_REVISION: 0002 -> head" in text
     assert "migrations/versions/0003_timeline_indexes.py" in text
     assert "TWEEPY_SQLITE_TUNED" not in text, "the indexes part leaves the pragmas to the whole step"
+
+
+def test_compare_shows_what_each_part_of_a_step_turns_on():
+    reads = compare.compare(stages.get_stage(3), stages.get_stage(4, "reads"))
+    assert reads.startswith("stage 3 database  ->  stage 4 cache, reads")
+    assert "TWEEPY_CACHE: none (default) -> local" in reads
+    assert "TIMELINE_FROM_CACHED_PAGES" not in reads and "FRAGMENT_CACHE" not in reads
+    gevent = compare.compare(stages.get_stage(4), stages.get_stage(5, "gevent"))
+    assert "TWEEPY_GEVENT: 0 (default) -> 100" in gevent and "TWEEPY_BCRYPT_IN_THREADPOOL" in gevent
+    assert "TWEEPY_BCRYPT_LIBRARY" not in gevent, "the system's bcrypt is the rest of the step"
+
+
+def test_make_compare_takes_a_part_of_the_step():
+    done = subprocess.run(
+        ["make", "-s", "compare", "A=4", "B=5", "PART=gevent"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == compare.compare(stages.get_stage(4), stages.get_stage(5, "gevent"))
 
 
 def test_compare_points_serving_settings_at_the_stage_runner():
@@ -70,24 +89,124 @@ def test_make_compare_prints_the_comparison():
 # --- the stage branches -----------------------------------------------------------------------
 
 
-def test_each_stage_branch_differs_from_its_commit_only_by_the_stage_make_run_serves(tmp_path):
+def run_branches(clone: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": str(stages.BIN / "python")}
+    return subprocess.run(
+        [str(clone / "stages" / "branches")], cwd=clone, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def git_in(clone: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=clone, capture_output=True, text=True, check=True).stdout
+
+
+def stage_tips(clone: Path) -> dict[str, str]:
+    lines = git_in(clone, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/stage-*")
+    return dict(line.split() for line in lines.splitlines())
+
+
+@pytest.fixture
+def clone(tmp_path):
+    """A fresh clone of this repository, its stage branches made."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    made = subprocess.run([str(ROOT / "stages" / "branches")], cwd=clone, capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
+    made = run_branches(clone)
+    assert made.returncode == 0, made.stdout + made.stderr
+    return clone
+
+
+TOP_LEVEL = ["README.md", "nginx.conf", "stage.env", "stages/CURRENT", "uwsgi.ini"]
+
+
+def test_each_stage_branch_holds_its_stages_configuration_at_the_top(clone):
+    shared_ini = git_in(clone, "show", "HEAD:uwsgi.ini")
     for stage in stages.all_stages():
         branch = f"stage-{stage.number}"
-        changed = subprocess.run(
-            ["git", "diff", "--name-only", "HEAD", branch], cwd=clone, capture_output=True, text=True, check=True
-        ).stdout.split()
-        assert changed == ["stages/CURRENT"], f"{branch} carries {changed}"
-        current = subprocess.run(
-            ["git", "show", f"{branch}:stages/CURRENT"], cwd=clone, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        assert current == str(stage.number)
-    subprocess.run(["git", "checkout", "-q", "stage-4"], cwd=clone, check=True)
+        assert git_in(clone, "diff", "--name-only", "HEAD", branch).split() == TOP_LEVEL, branch
+        assert git_in(clone, "show", f"{branch}:stages/CURRENT").strip() == str(stage.number)
+        rendered = git_in(clone, "show", f"{branch}:stage.env")
+        settings = dict(line.split("=", 1) for line in rendered.splitlines() if not line.startswith("#"))
+        assert stage.settings.items() <= settings.items(), f"{branch}'s stage.env lost a setting of its folder"
+        assert settings["TWEEPY_SERVER"] == stage.server
+        if stage.server == "uwsgi":
+            assert settings["TWEEPY_GEVENT"] == stage.get("GEVENT") and settings["TWEEPY_NODES"] == str(stage.nodes)
+        readme = git_in(clone, "show", f"{branch}:README.md")
+        first = readme.splitlines()[0]
+        assert f"`{branch}`" in first and f"({stage.folder.relative_to(ROOT)}/README.md)" in first
+        assert git_in(clone, "show", f"{branch}:uwsgi.ini").startswith(shared_ini.rstrip("\n") + "\n"), (
+            "the shared uwsgi.ini is kept whole, the stage's own lines after it"
+        )
+    git_in(clone, "checkout", "-q", "stage-4")
     dry = subprocess.run(["make", "-n", "run"], cwd=clone, capture_output=True, text=True)
     assert "tools.stages run 4" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_the_diff_of_two_stage_branches_shows_the_step(clone):
+    concurrency = git_in(clone, "diff", "stage-4", "stage-5", "--", "uwsgi.ini", "stage.env")
+    for line in ("-harakiri = 30", "+gevent = 100", "+TWEEPY_GEVENT=100", "+TWEEPY_BCRYPT_LIBRARY=libxcrypt"):
+        assert f"\n{line}\n" in concurrency, line
+    assert "\n+TWEEPY_CACHE=" not in concurrency and "\n-TWEEPY_CACHE=" not in concurrency, (
+        "what both stages set is no change"
+    )
+    parallelize = git_in(clone, "diff", "stage-1", "stage-2", "--", "uwsgi.ini", "stage.env")
+    for line in ("-TWEEPY_SERVER=dev", "+TWEEPY_SERVER=uwsgi", "+TWEEPY_PROCESSES=4", "+processes = 4"):
+        assert f"\n{line}\n" in parallelize, line
+    assert "2 app nodes" in git_in(clone, "diff", "stage-6", "stage-7", "--", "nginx.conf")
+
+
+def test_the_uwsgi_lines_a_branch_shows_are_what_the_runner_adds_for_its_stage():
+    for stage in (s for s in stages.all_stages() if s.server == "uwsgi"):
+        added, elsewhere, options = [], {}, iter(stage.uwsgi_options(stages.VAR))
+        for option in options:
+            if option in ("--chdir", "--socket", "--pidfile", "--master-fifo", "--processes"):
+                elsewhere[option] = next(options)  # the run's own paths, and the machine's count
+            else:
+                added.append(option)
+        processes = elsewhere["--processes"]
+        section = branches.uwsgi_section(stage)
+        settings = [line.split("=", 1) for line in section if not line.startswith(";")]
+        shown = [
+            f"--{name.strip()}" if value.strip() == "true" else f"--{name.strip()} {value.strip()}"
+            for name, value in settings
+        ]
+        assert " ".join(shown) == " ".join([f"--processes {processes}"] * (stage.get("PROCESSES") != "auto") + added)
+        if stage.get("PROCESSES") == "auto":
+            assert "TWEEPY_PROCESSES=auto" in section[0], "the count is the machine's, not the branch's"
+
+
+def test_stage_branches_are_made_again_from_a_stage_branch_and_never_half_moved(clone, tmp_path):
+    ladder = git_in(clone, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    made = stage_tips(clone)
+    git_in(clone, "checkout", "-q", "stage-4")
+    again = run_branches(clone)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert stage_tips(clone) == made, "the same ladder makes the very same commits"
+
+    git_in(clone, "checkout", "-q", ladder)
+    uncommitted = clone / "stages" / "4-cache" / "part-mine.env"
+    uncommitted.write_text("TWEEPY_CACHE=local\n")
+    dirty = run_branches(clone)
+    assert dirty.returncode != 0 and "commit it first; no branch moved" in dirty.stderr
+    assert stage_tips(clone) == made
+    uncommitted.unlink()
+
+    (clone / "NEWS").write_text("a new commit on the ladder\n")
+    git_in(clone, "add", "NEWS")
+    git_in(clone, "-c", "user.name=Attendee", "-c", "user.email=a@example.com", "commit", "-q", "-m", "News")
+    elsewhere = tmp_path / "elsewhere"
+    git_in(clone, "worktree", "add", "-q", str(elsewhere), "stage-5")
+    refused = run_branches(clone)
+    assert refused.returncode != 0
+    assert f"stage-5 would move, but it is checked out in {elsewhere}" in refused.stderr
+    assert "no branch moved" in refused.stderr
+    assert stage_tips(clone) == made, "a refusal leaves every branch where it was"
+
+    git_in(clone, "worktree", "remove", str(elsewhere))
+    moved = run_branches(clone)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    head = git_in(clone, "rev-parse", "HEAD").strip()
+    for branch in made:
+        assert git_in(clone, "rev-parse", f"{branch}^").strip() == head, f"{branch} is on the new commit"
 
 
 # --- locust's web UI against a running stage --------------------------------------------------
@@ -143,6 +262,44 @@ def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
         finally:
             os.killpg(locust.pid, signal.SIGTERM)
             locust.wait(timeout=30)
+
+
+@pytest.mark.integration
+def test_plain_headless_locust_learns_how_many_users_the_stage_holds_and_fails_nothing(tmp_path):
+    """`locust -f locustfile.py --headless -H ...` as most locust users type it: no count given."""
+    users = 40
+    env = {
+        "TWEEPY_DATABASE_URL": f"sqlite:///{tmp_path / 'tweepy.sqlite3'}",
+        "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
+        "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
+        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
+    }
+    seed = ["--users", str(users), "--tweets", "400", "--follows", "5"]
+    with stages.start(stages.get_stage(2), port=stages.free_port(), var=tmp_path / "var", env=env, seed=seed) as up:
+        locust = [str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-u", "8", "-r", "8"]
+        locust += ["--run-time", "8s", "--stop-timeout", "5", "-H", up.url.rstrip("/")]
+        plain = {k: v for k, v in os.environ.items() if not k.startswith(("TWEEPY_", "LOCUST_"))}
+        done = subprocess.run(locust, cwd=ROOT, env=plain, capture_output=True, text=True, timeout=90)
+    output = done.stdout + done.stderr
+    assert f"holds {users} seeded users" in output, output[-3000:]
+    assert "BAR MET" in output and " 0 failures in " in output, output[-3000:]
+    assert done.returncode == 0, output[-3000:]
+
+
+@pytest.mark.integration
+def test_plain_headless_locust_says_so_and_stops_when_it_cannot_learn_the_users():
+    nobody = f"http://127.0.0.1:{stages.free_port()}"
+    locust = [str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-u", "2", "-r", "2"]
+    plain = {k: v for k, v in os.environ.items() if not k.startswith(("TWEEPY_", "LOCUST_"))}
+    started = time.monotonic()
+    done = subprocess.run(
+        [*locust, "--run-time", "60s", "-H", nobody], cwd=ROOT, env=plain, capture_output=True, text=True, timeout=90
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert f"cannot tell how many users {nobody} holds" in output and "set TWEEPY_SEED_USERS" in output
+    assert "BAR MISSED" in output and "Traceback" not in output, output[-3000:]
+    assert time.monotonic() - started < 30, "it stops at once rather than idling for its run time"
 
 
 # --- the docs: every link and command they give works ---------------------------------------------

@@ -81,8 +81,11 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     # What the load generator needs to know about the database it logs in to.
     Setting(
-        "TWEEPY_SEED_USERS", 10_000, "Users the database was seeded with (user1..userN)", 2
-    ),  # 2: someone to follow
+        "TWEEPY_SEED_USERS",
+        0,
+        "Users the database was seeded with (user1..userN); unset: the locustfile asks the server",
+        2,  # someone to follow
+    ),
     # The bar.
     Setting("TWEEPY_BAR_P95_MS", 2000.0, "Every request type's p95, and the aggregate's, must stay below this", 1),
     Setting("TWEEPY_BAR_FAILURES", 0, "Failed requests allowed", 0),
