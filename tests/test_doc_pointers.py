@@ -112,6 +112,25 @@ def test_every_link_and_named_file_in_the_docs_exists(doc):
     assert not missing, f"{ids(doc)} points at {missing}"
 
 
+ANCHORED = re.compile(r"\]\(([^)\s#]*\.md)?#([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text()), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=ids)
+def test_every_link_to_a_heading_finds_it(doc):
+    broken = [
+        f"{page}#{anchor}"
+        for page, anchor in ANCHORED.findall(doc.read_text())
+        if (doc.parent / page if page else doc).exists() and anchor not in anchors(doc.parent / page if page else doc)
+    ]
+    assert not broken, f"{ids(doc)} links to headings that do not exist"
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=ids)
 def test_every_module_function_the_docs_name_exists(doc):
     modules, classes, missing = tweepy_modules() | {"tweepy"}, our_classes(), []
@@ -164,3 +183,6 @@ def test_the_pointer_checks_catch_what_they_are_for(tmp_path):
     assert not class_defines("LocalCache", "no_such_method") and class_defines("LocalCache", "derived")
     assert "test_nothing_here" not in defined_tests()
     assert MAKE.findall(page.read_text()) == ["no-such-target"]
+    assert "the-bar" in anchors(ROOT / "docs" / "glossary.md") and "no-such-term" not in anchors(
+        ROOT / "docs" / "glossary.md"
+    )
