@@ -63,3 +63,15 @@ def test_the_published_figures_sit_under_measured(page):
 def test_generated_tables_and_code_are_not_counted_as_prose():
     page = "Two words.\n```sh\nmake run STAGE=3\n```\n<!-- bench:start -->\n| a | b |\n<!-- bench:end -->\n"
     assert prose_words(page) == 2
+
+
+def test_the_cheat_sheet_quotes_the_published_figures_beside_it():
+    """The "ours" column is written by hand; the table `make bench` writes below it is the published run.
+    After a new run, copy its figures into the column (a part's figure first, then the whole step's)."""
+    text = (stages.STAGES / "README.md").read_text()
+    published: dict[str, list[str]] = {}
+    for folder, figure in re.findall(r"^\| (\d+)-[\w-]+(?:, \w+)? \| [^|]+ \| \*\*([\d.]+)\*\* \|", text, re.M):
+        published.setdefault(folder, []).append(figure)
+    quoted = dict(re.findall(r"^\| \[(\d+) [\w-]+\]\([\w-]+/\) \|(?: [^|]+ \|){3} ([\d. /]+) \|", text, re.M))
+    assert quoted and quoted.keys() == published.keys()
+    assert {n: q.split(" / ") for n, q in quoted.items()} == published
