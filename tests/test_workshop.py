@@ -226,7 +226,7 @@ def test_requirements_txt_installs_what_make_run_installs():
 
 
 def test_the_real_hosts_recipe_never_opens_the_app_servers_socket_to_the_world():
-    readme = (ROOT / "stages" / "7-scale-out" / "README.md").read_text()
+    readme = (ROOT / "docs" / "real-hosts.md").read_text()
     recipe = readme[readme.index("**On real hosts.**") :]
     recipe = " ".join(recipe[: recipe.index("\n\n")].split())
     assert "--uid tweepy --gid tweepy --socket 10.0.0.11:3031" in recipe, "unprivileged, on a private address"
