@@ -367,7 +367,7 @@ def test_make_explain_shows_a_stages_plans_on_the_database_make_run_serves(tmp_p
     assert before.returncode == 0, before.stderr
     assert "schema at 0002" in before.stdout and "SCAN tweets" in before.stdout
     after = subprocess.run([*explain, "3"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "schema at 0004" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
+    assert "schema at 0005" in after.stdout and "USING INDEX ix_tweets_author_id_id" in after.stdout
     assert "SCAN tweets" not in after.stdout
 
 
@@ -383,7 +383,7 @@ def test_requirements_txt_installs_what_make_run_installs():
 
 
 def test_the_real_hosts_recipe_never_opens_the_app_servers_socket_to_the_world():
-    readme = (ROOT / "stages" / "7-scale-out" / "README.md").read_text()
+    readme = (ROOT / "docs" / "real-hosts.md").read_text()
     recipe = readme[readme.index("**On real hosts.**") :]
     recipe = " ".join(recipe[: recipe.index("\n\n")].split())
     assert "--uid tweepy --gid tweepy --socket 10.0.0.11:3031" in recipe, "unprivileged, on a private address"

@@ -738,13 +738,10 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
     return text + "\n" + "\n".join(beside_table(report, result)) + "\n\n" + " ".join([BESIDE_NOTE, *elsewhere]) + "\n"
 
 
+# The columns are defined once, in the glossary, rather than under every stage's table.
 BESIDE_NOTE = (
-    "Of it bcrypt: the window's own successful logins and registrations times the CPU of one hash as this run's "
-    "probe measured it; the rest is everything else a request costs (nginx, uWSGI, the app). Where a stage hashes "
-    "on threads of its own, what those threads took in the window is measured too, and shown in brackets with "
-    "the rest that leaves. The talk's figures "
-    "are its own, on 4 CPUs up to the concurrency step; ours are on this machine, with the load generator beside "
-    "the servers."
+    "What the columns mean, and where the talk's figures come from: "
+    "[the glossary](../../docs/glossary.md#the-measured-table)."
 )
 
 

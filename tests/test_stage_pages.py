@@ -1,0 +1,77 @@
+"""Every stage page has the same shape, so an attendee finds the same things in the same places: six
+sections in order, under 1,000 words of prose, a picture of the request's path, exercises that say how
+long they take, with their answers folded away, and the figures `make bench` writes between its markers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tools import stages
+
+SECTIONS = ["What changes", "The code it turns on", "Why it helps", "Measured", "Look inside", "Try it"]
+MOST_WORDS = 1000
+PAGES = sorted(stages.STAGES.glob("*/README.md"))
+GENERATED = re.compile(r"<!-- bench(:[\w-]+)?:start -->.*?<!-- bench(:[\w-]+)?:end -->", re.DOTALL)
+CODE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+WORD = re.compile(r"[A-Za-z0-9][\w'.-]*")
+
+
+def prose_words(text: str) -> int:
+    """Words a reader reads: code blocks and the tables `make bench` writes are not prose."""
+    return len(WORD.findall(GENERATED.sub("", CODE.sub("", text))))
+
+
+def section(text: str, name: str) -> str:
+    start = text.index(f"\n## {name}\n")
+    following = text.find("\n## ", start + 1)
+    return text[start : following if following >= 0 else len(text)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
+def test_a_stage_page_has_the_six_sections_in_order(page):
+    headings = re.findall(r"^## (.+)$", CODE.sub("", page.read_text()), re.MULTILINE)
+    assert headings == SECTIONS
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
+def test_a_stage_page_is_under_a_thousand_words_of_prose(page):
+    assert prose_words(page.read_text()) < MOST_WORDS
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
+def test_a_stage_page_draws_the_requests_path(page):
+    assert "```mermaid\nflowchart" in section(page.read_text(), "Why it helps")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
+def test_every_exercise_says_how_long_it_takes_and_its_answer_is_folded(page):
+    exercises = section(page.read_text(), "Try it")
+    numbered = re.findall(r"^\d+\. \*\*[^*]+\*\*(.*)$", exercises, re.MULTILINE)
+    assert numbered and all(re.match(r" \(\d+ min\)", rest) for rest in numbered), numbered
+    answers = exercises[exercises.index("<details>") : exercises.index("</details>")]
+    assert len(re.findall(r"^\d+\. ", answers, re.MULTILINE)) == len(numbered)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
+def test_the_published_figures_sit_under_measured(page):
+    measured = section(page.read_text(), "Measured")
+    assert measured.count("<!-- bench:start -->") == 1 and measured.count("<!-- bench:end -->") == 1
+
+
+def test_generated_tables_and_code_are_not_counted_as_prose():
+    page = "Two words.\n```sh\nmake run STAGE=3\n```\n<!-- bench:start -->\n| a | b |\n<!-- bench:end -->\n"
+    assert prose_words(page) == 2
+
+
+def test_the_cheat_sheet_quotes_the_published_figures_beside_it():
+    """The "ours" column is written by hand; the table `make bench` writes below it is the published run.
+    After a new run, copy its figures into the column (a part's figure first, then the whole step's)."""
+    text = (stages.STAGES / "README.md").read_text()
+    published: dict[str, list[str]] = {}
+    for folder, figure in re.findall(r"^\| (\d+)-[\w-]+(?:, \w+)? \| [^|]+ \| \*\*([\d.]+)\*\* \|", text, re.M):
+        published.setdefault(folder, []).append(figure)
+    quoted = dict(re.findall(r"^\| \[(\d+) [\w-]+\]\([\w-]+/\) \|(?: [^|]+ \|){3} ([\d. /]+) \|", text, re.M))
+    assert quoted and quoted.keys() == published.keys()
+    assert {n: q.split(" / ") for n, q in quoted.items()} == published
