@@ -18,7 +18,7 @@ configured cost, and what protocol QPS that alone allows (3 of every 247 request
 password). For each stage (``measure.bench_stage``): a fresh copy of one seeded database, the
 stage started as ``make run`` would, the ceiling of its stack (the same load generator asking for
 ``/healthz`` as fast as it can; a lower bound when the generator or the machine was the limit),
-then the capacity search of ``tools/bench_shape.py`` and its overload step. A stage that crashes,
+then the capacity search of ``tools/bench/capacity_shape.py`` and its overload step. A stage that crashes,
 or a search cut short, is reported as such and makes the run exit with 1.
 
 Results go to ``results/<date>-<host>/`` (``results.json``, ``RESULTS.md``, ``chart.png``, raw
@@ -38,7 +38,7 @@ and the repository checked out on every host (locust must be started from its ro
     # on each load machine, as many processes as it has cores
     TWEEPY_SEED_USERS=1000 locust -f locustfile.py --worker --master-host MASTER --processes 4
 
-``locust -f locustfile.py,tools/bench_shape.py --master ...`` runs the capacity search that way
+``locust -f locustfile.py,tools/bench/capacity_shape.py --master ...`` runs the capacity search that way
 too (with ``TWEEPY_BENCH_SERVER_PIDS`` empty, no server CPU or memory is measured).
 """
 

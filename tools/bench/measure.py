@@ -1,5 +1,5 @@
 """What a bench run measures: the bcrypt bound, a seeded database per size, and for each stage
-its stack ceiling and its capacity search (``tools/bench_shape.py`` inside locust). Also where it
+its stack ceiling and its capacity search (``tools/bench/capacity_shape.py`` inside locust). Also where it
 ran: the machine, the load generator and the commit."""
 
 from __future__ import annotations
@@ -196,7 +196,8 @@ def ceiling_verdict(rps: float, generator_cores: float, server_cores: float, pro
 
 def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
     csv = raw / f"stage{running.stage.slug}-ceiling"
-    command = locust_command(plan, "tools/ceiling_locustfile.py", running.url, csv, plan.ceiling_users, plan.ceiling_s)
+    files = "tools/bench/ceiling_locustfile.py"
+    command = locust_command(plan, files, running.url, csv, plan.ceiling_users, plan.ceiling_s)
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # CPU shares are sampled inside the run, past locust's start-up (imports, spawning users).
@@ -260,7 +261,7 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict
     env = {**os.environ, **shape_environment(plan, out, servers, rate)}
     env["TWEEPY_BENCH_TIERS"] = " ".join(f"{name}={','.join(map(str, pids))}" for name, pids in tiers.items())
     limit = search_time_limit(plan)
-    files = "locustfile.py,tools/bench_shape.py"
+    files = "locustfile.py,tools/bench/capacity_shape.py"
     command = locust_command(plan, files, running.url, raw / f"stage{slug}", None, limit)
     log_path = raw / f"stage{slug}-locust.log"
     with open(log_path, "wb") as log:

@@ -1,6 +1,6 @@
 """The capacity search of ``make bench``, loaded beside the protocol:
 
-    locust -f locustfile.py,tools/bench_shape.py --headless -H URL
+    locust -f locustfile.py,tools/bench/capacity_shape.py --headless -H URL
 
 A locust load shape that steps the number of users up (``TWEEPY_BENCH_STEPS``)
 and, at each step:
