@@ -67,7 +67,8 @@ from tools.bench.measure import (
     seeded_master,
 )
 from tools.bench.plan import make_plan
-from tools.bench.report import RESULTS, in_ladder_order, write_reports
+from tools.bench.report import write_reports
+from tools.bench.runs import RESULTS, in_ladder_order
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
