@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tools import stages
-from tools.bench import charts, figures, measure, plan, publishing, runs, tables
+from tools.bench import charts, figures, machine, measure, plan, publishing, runs, tables
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -245,7 +245,7 @@ def test_hashing_on_threads_of_its_own_shows_their_measured_cpu_beside_the_probe
 
 
 def test_the_probe_measures_every_bcrypt_library_this_machine_has():
-    probe = measure.bcrypt_bound(4, 0.2)
+    probe = machine.bcrypt_bound(4, 0.2)
     assert set(probe["libraries"]) == {"pyca", "libxcrypt"}
     assert probe["hashes_per_s"] == probe["libraries"]["pyca"]["hashes_per_s"]
 
@@ -256,8 +256,8 @@ def test_cpu_per_hash_is_the_probes_own_measure_when_it_recorded_one():
 
 
 def test_the_bcrypt_probe_counts_the_cpu_of_its_hashes_not_the_time_to_start_its_pool():
-    probe = measure.bcrypt_bound(4, 0.2)
-    single = measure._hash_for(("pyca", 4, 0.2))
+    probe = machine.bcrypt_bound(4, 0.2)
+    single = machine._hash_for(("pyca", 4, 0.2))
     assert probe["cpu_ms_per_hash"] == pytest.approx(1000 * single[2] / single[0], rel=0.5)
 
 
@@ -284,7 +284,7 @@ def test_every_row_names_its_run_and_commit_even_in_a_stage_readme():
 def test_a_profile_names_the_commit_its_servers_ran_not_the_tree_it_ended_with(monkeypatch):
     from tools import profile
 
-    monkeypatch.setattr(measure, "git_commit", lambda: "abc1234+changes")  # edited while it ran
+    monkeypatch.setattr(machine, "git_commit", lambda: "abc1234+changes")  # edited while it ran
     result = {
         "stage": 6, "commit": "abc1234", "users": 300, "seconds": 333.0, "bcrypt_cost": 12, "rps": 180.0,
         "data": {"users": 10_000, "tweets": 1_000_000}, "failures": 0, "requests": 59_000,

@@ -14,7 +14,7 @@ from helpers.services import redis_url
 
 from tools import netdelay, stages
 from tools.bench import tables
-from tools.bench.measure import delay_relays
+from tools.bench.serving import delay_relays
 
 
 class Echo(socketserver.BaseRequestHandler):

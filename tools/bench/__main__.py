@@ -54,21 +54,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tools import stages
-from tools.bench.measure import (
-    ROOT,
-    WORK,
-    bcrypt_bound,
-    bench_stage,
-    crashed_stage,
-    generator,
-    git_commit,
-    machine,
-    say,
-    seeded_master,
-)
+from tools.bench.machine import ROOT, bcrypt_bound, generator, git_commit, machine, say
+from tools.bench.measure import bench_stage, crashed_stage
 from tools.bench.plan import make_plan
 from tools.bench.report import write_reports
 from tools.bench.runs import RESULTS, in_ladder_order
+from tools.bench.serving import WORK, seeded_master
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
