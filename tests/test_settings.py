@@ -100,7 +100,7 @@ def test_the_secret_key_file_is_owner_only_from_the_start(tmp_path):
 
 
 def test_auto_processes_are_one_per_core_or_with_hashing_threads_one_per_hashing_slots_cores(monkeypatch):
-    monkeypatch.setattr(stages.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(stages.model.os, "sched_getaffinity", lambda _pid: set(range(8)))
     plain = stages.Stage(9, "x", stages.STAGES, {"TWEEPY_SERVER": "uwsgi", "TWEEPY_PROCESSES": "auto"})
     assert plain.processes == 8
     gevent = {**plain.settings, "TWEEPY_GEVENT": "100", "TWEEPY_BCRYPT_IN_THREADPOOL": "true"}

@@ -22,7 +22,7 @@ START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 # Who reads each group of settings: (heading, module, attribute).
 DECLARED_IN = (
     ("The app", "tweepy.config", "SETTINGS"),
-    ("How a stage is served (the stage runner)", "tools.stages", "SERVING_SETTINGS"),
+    ("How a stage is served (the stage runner)", "tools.stages.model", "SERVING_SETTINGS"),
     ("The benchmark and the load generator", "tools.protocol", "SETTINGS"),
     ("The tests", "tests.helpers.services", "SETTINGS"),
 )
@@ -34,7 +34,6 @@ def variable(setting) -> str:
 
 
 def groups() -> list[tuple[str, str, tuple]]:
-    sys.path.insert(0, str(ROOT))
     found = []
     for heading, module, attribute in DECLARED_IN:
         found.append((heading, module, getattr(importlib.import_module(module), attribute)))

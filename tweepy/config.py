@@ -4,7 +4,7 @@ A setting is read from the environment variable of the same name with a
 ``TWEEPY_`` prefix (``DATABASE_URL`` from ``TWEEPY_DATABASE_URL``);
 ``create_app(overrides)`` wins over both. How a stage is served (which server,
 how many processes, gevent) is not the app's business: those settings belong
-to the stage runner, ``tools/stages.py``. The README lists both.
+to the stage runner, ``tools/stages/``. The README lists both.
 """
 
 from __future__ import annotations
