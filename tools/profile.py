@@ -3,19 +3,13 @@
     python -m tools.profile 6                          200 users for 60 s, the bench's data
     python -m tools.profile 6 --users 300 --seconds 90
 
-The stage is started on a fresh copy of the bench's seeded database (sizes from
-TWEEPY_BENCH_USERS / _TWEETS / _FOLLOWS, as ``make bench``), locust runs the
-protocol against it, and once every user has logged in py-spy samples every
-uWSGI worker (or the development server) for the second half of the run.
-Written to ``results/profiles/<date>-stage<N>/``:
-
-- ``flame.svg``: py-spy's flame graph (open it in a browser; click to zoom);
-- ``top.txt``: the functions that took the CPU, as shares of the busy samples
-  outside bcrypt, and how many samples were hashing or idle;
-- ``summary.md``: the server's CPU a request over the profiled window, with
-  bcrypt apart (the hashes the window really did, at the probe's cost a
-  hash; and, where hashing has threads of its own, their CPU as measured
-  thread by thread), and the locust figures of the run.
+The stage runs on a fresh copy of the bench's seeded database (``TWEEPY_BENCH_USERS`` and the
+rest, as ``make bench``), locust runs the protocol, and once every user has logged in py-spy
+samples every worker for the second half of the run. Written to
+``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph), ``top.txt`` (the
+functions that took the CPU outside bcrypt, and how many samples hashed or idled) and
+``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the probe's
+cost, and hashing threads' own CPU where there are any; and the locust figures).
 """
 
 from __future__ import annotations

@@ -4,42 +4,14 @@
     python -m tools.bench --stages "4 5 6"     some stages
     python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
     python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
-    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run (make bench KEEP_FROM=)
-    python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER
-                                               a variant: the stages with some settings changed, into FOLDER only
+    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run
+    python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER    a variant, into FOLDER only
 
-Settings, with their defaults and what each does, are declared in ``tools/protocol.py``
-(``SETTINGS``): TWEEPY_BENCH_USERS, _TWEETS, _FOLLOWS, _STEPS ("25 50 100"), _WINDOW, _WARMUP,
-_RAMP_LIMIT, _OVERLOAD, _OVERLOAD_MAX_USERS, _CEILING_USERS, the bar (TWEEPY_BAR_P95_MS,
-_FAILURES, _MIN_REQUESTS) and LOCUST_PROCESSES; TWEEPY_BCRYPT_LOG_ROUNDS (default 12) is the app's.
-
-Before the stages, the bcrypt bound: how many hashes a second the machine can do at the
-configured cost, and what protocol QPS that alone allows (3 of every 247 requests hash a
-password). For each stage (``measure.bench_stage``): a fresh copy of one seeded database, the
-stage started as ``make run`` would, the ceiling of its stack (the same load generator asking for
-``/healthz`` as fast as it can; a lower bound when the generator or the machine was the limit),
-then the capacity search of ``tools/bench/capacity_shape.py`` and its overload step. A stage that crashes,
-or a search cut short, is reported as such and makes the run exit with 1.
-
-Results go to ``results/<date>-<host>/`` (``results.json``, ``RESULTS.md``, ``chart.png``, raw
-locust CSVs under ``raw/``); ``results/LATEST.md``, the top-level README, ``stages/README.md`` and
-each stage's README show the newest. Quick runs write under ``var/bench/`` only.
-
-The load generator. The bench runs locust on this machine, beside the servers, and reports its
-host, processes and CPU share; ``LOCUST_PROCESSES=N`` runs N locust processes (``--processes``).
-To load a stage from several machines instead, run the protocol by hand, with the same settings
-and the repository checked out on every host (locust must be started from its root):
-
-    # on the server's machine: the stage, listening where the workers can reach it
-    make run STAGE=6            # binds 127.0.0.1: put a proxy in front, or run it on a private network
-    # on the master's machine (judges the bar from every worker's stats; --expect-workers waits for them)
-    TWEEPY_SEED_USERS=1000 locust -f locustfile.py --master --headless -H http://SERVER:8080 \\
-        -u 400 -r 5 --run-time 5m --expect-workers 4 --csv results/remote
-    # on each load machine, as many processes as it has cores
-    TWEEPY_SEED_USERS=1000 locust -f locustfile.py --worker --master-host MASTER --processes 4
-
-``locust -f locustfile.py,tools/bench/capacity_shape.py --master ...`` runs the capacity search that way
-too (with ``TWEEPY_BENCH_SERVER_PIDS`` empty, no server CPU or memory is measured).
+First the bcrypt bound (``machine.bcrypt_bound``), then each stage (``measure.bench_stage``) on a
+fresh copy of one seeded database: its stack ceiling, its capacity search and overload step. A
+crashed stage or a search cut short is reported as such and the run exits with 1. Results go to
+``results/<date>-<host>/`` (``report``); settings are declared in ``tools/protocol.py``; load from
+other machines: README.md, "Load from several machines".
 """
 
 from __future__ import annotations

@@ -4,17 +4,11 @@
     python -m tools.stages stop               stop whatever the pid files under var/ name
     python -m tools.stages list               the ladder, one line a stage
 
-A stage is a folder ``stages/N-name/`` holding ``stage.env``: values for the
-app's settings (declared in ``tweepy/config.py``) and for how the stage is
-served (``SERVING_SETTINGS`` in ``model``, read by this runner only), and, when a
-stage needs a different front server, its own ``nginx.conf``. A step that
-changes several things at once may also hold parts, ``part-<name>.env``: the
-settings of the step half-way, measured by the bench on their own so that each
-half's effect shows (``run N --part name`` serves one). The runner
-passes processes, gevent and the listen queue to uWSGI itself, so one
-``uwsgi.ini`` serves every stage. The tests and the benchmark start stages
-through ``start()`` too, each in its own var folder. The stage model lives
-in ``model``, process supervision in ``servers``.
+A stage is a folder ``stages/N-name/`` holding ``stage.env`` (values of the app's settings and of
+how it is served), perhaps its own ``nginx.conf``, and perhaps parts, ``part-<name>.env``: the
+step half-way, measured on their own (``run N --part name``). The stage model and the serving
+settings live in ``model``; starting, watching and stopping the servers in ``servers``. The tests
+and the benchmark start stages through ``start()`` too, each in its own var folder.
 """
 
 from tools.stages.model import (
