@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tools import stages
-from tools.bench import charts, figures, machine, measure, plan, publishing, runs, tables
+from tools.bench import charts, figures, machine, measure, plan, publishing, report, runs, tables
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -434,6 +434,92 @@ def test_a_readme_block_between_the_bench_markers_is_replaced_and_the_rest_kept(
     assert text.startswith("# Stage\n\nText.\n")
     assert "second run" in text and "first run" not in text
     assert text.count(publishing.README_START) == 1 and text.count(publishing.README_END) == 1
+
+
+# --- publishing: only a run that measured every stage ------------------------------------------------
+
+
+def a_checkout(tmp_path) -> Path:
+    """The files a full run publishes to, as a fresh checkout has them, in a folder of their own."""
+    root = tmp_path / "checkout"
+    (root / "results").mkdir(parents=True)
+    (root / "results" / "LATEST.md").write_text("# Latest benchmark: an earlier run\n")
+    for readme in [stages.ROOT / "README.md", stages.STAGES / "README.md"] + [
+        stage.folder / "README.md" for stage in stages.all_stages()
+    ]:
+        copy = root / readme.relative_to(stages.ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(readme.read_text())
+    return root
+
+
+def files_of(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.md")) if "results/run" not in str(p)}
+
+
+def every_stage(run=None) -> list[dict]:
+    """A row for every stage of the ladder and every part of a step, as a full run measures them."""
+    return [
+        a_stage(each.number, each.name + (f", {each.part}" if each.part else ""), run=run, part=each.part)
+        for stage in stages.all_stages()
+        for each in (*stage.parts(), stage)
+    ]
+
+
+def test_a_run_that_measured_every_stage_publishes_its_figures(tmp_path):
+    root = a_checkout(tmp_path)
+    before = files_of(root)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    assert report.write_reports(a_report(*every_stage()), folder, root=root)
+    after = files_of(root)
+    assert after["results/LATEST.md"].startswith("# Latest benchmark: [run](run/RESULTS.md)")
+    changed = {name for name in before if after[name] != before[name]}
+    readmes = {f"stages/{stage.folder.name}/README.md" for stage in stages.all_stages()}
+    assert {"results/LATEST.md", "README.md", "stages/README.md", *readmes} <= changed
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param(lambda: [a_stage(2, "parallelize"), a_stage(3, "database")], id="some stages (--stages)"),
+        pytest.param(lambda: every_stage()[:-1], id="every stage but the last"),
+        pytest.param(
+            lambda: [*every_stage()[:-1], a_stage(7, "scale-out", run={**A_RUN, "date": "2026-11-01 10:00 UTC"})],
+            id="a stage kept from an earlier run (--keep-from)",
+        ),
+    ],
+)
+def test_a_partial_run_writes_its_own_folder_and_never_publishes(tmp_path, rows):
+    root = a_checkout(tmp_path)
+    before = files_of(root)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    assert not report.write_reports(a_report(*rows()), folder, root=root)
+    assert (folder / "RESULTS.md").read_text().startswith("# tweepy benchmark")
+    assert files_of(root) == before, "LATEST.md, the README and the stage READMEs are left as they were"
+
+
+def test_publishing_a_partial_run_is_refused_whoever_calls_it(tmp_path):
+    root = a_checkout(tmp_path)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    partial = runs.normalize(a_report(a_stage(2, "parallelize")))
+    with pytest.raises(ValueError, match="partial run never publishes"):
+        publishing.publish(partial, folder, root)
+    assert (root / "results" / "LATEST.md").read_text() == "# Latest benchmark: an earlier run\n"
+
+
+def test_a_run_of_some_stages_is_named_for_them():
+    from datetime import datetime
+
+    from tools.bench.__main__ import results_folder
+
+    now = datetime(2026, 11, 26, 1, 30)
+    some = plan.make_plan([2, 3], False, {})
+    every = plan.make_plan([s.number for s in stages.all_stages()], False, {})
+    assert results_folder(some, now).name.endswith("-stages-2-3")
+    assert "stages" not in results_folder(every, now).name
 
 
 # --- the plan ---------------------------------------------------------------------------------------------

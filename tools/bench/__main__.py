@@ -1,7 +1,7 @@
 """``make bench``: every stage measured with the locust protocol, then a table and a chart.
 
     python -m tools.bench                      all stages, full size (10,000 users, 1,000,000 tweets)
-    python -m tools.bench --stages "4 5 6"     some stages
+    python -m tools.bench --stages "4 5 6"     some stages, into results/<run>-stages-4-5-6/ only
     python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
     python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
     python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run
@@ -10,8 +10,8 @@
 First the bcrypt bound (``machine.bcrypt_bound``), then each stage (``measure.bench_stage``) on a
 fresh copy of one seeded database: its stack ceiling, its capacity search and overload step. A
 crashed stage or a search cut short is reported as such and the run exits with 1. Results go to
-``results/<date>-<host>/`` (``report``); settings are declared in ``tools/protocol.py``; load from
-other machines: README.md, "Load from several machines".
+``results/<date>-<host>/``; only a run that measured every stage publishes (``report``). Settings
+are declared in ``tools/protocol.py``; loading from other machines is in the README.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--report",
         type=Path,
         metavar="FOLDER",
-        help="only redo the table and chart from FOLDER/results.json, and the READMEs if it is a published run",
+        help="only redo the table and chart from FOLDER/results.json, and the READMEs if it measured every stage",
     )
     parser.add_argument(
         "--set",
@@ -70,10 +70,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def published(plan: dict) -> bool:
-    """Whether a run (its plan as results.json keeps it) gives the ladder's figures: not a smoke run,
-    nor one made into a folder of its own."""
-    return not plan.get("quick") and not plan.get("out")
+def results_folder(plan, now: datetime) -> Path:
+    """A run's own folder under results/, named for its stages when it left some out."""
+    every = {s.number for s in stages.all_stages()}
+    some = "" if set(plan.stages) >= every else "-stages-" + "-".join(map(str, plan.stages))
+    return RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}{some}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         folder = args.report.resolve()
         report = json.loads((folder / "results.json").read_text())
-        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS) and published(report["plan"]))
+        write_reports(report, folder)
         return 0
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = args.keep_from.resolve()
         plan.kept_from = str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept)
     now = datetime.now(UTC)
-    folder = args.out or (WORK / "quick" if args.quick else RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}")
+    folder = args.out or (WORK / "quick" if args.quick else results_folder(plan, now))
     if args.out:
         out = args.out.resolve()
         plan.out = str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out)
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
     incomplete = [f"{r['stage']} {r['name']}" for r in report["stages"] if r["search"]["state"] != "complete"]
-    write_reports(report, folder, publish_it=published(report["plan"]))
+    if not write_reports(report, folder):
+        say("a partial run, a smoke run or a variant: results/LATEST.md and the READMEs are left as they were")
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     if incomplete:
         say(f"done, but the search of stage(s) {incomplete} did not run to its end: {shown}/RESULTS.md")

@@ -23,7 +23,6 @@ from tools.bench.runs import (
 from tools.bench.tables import made_by, other_machines, summary
 from tools.protocol import SHOWN
 
-STAGES_README = stages.STAGES / "README.md"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
@@ -140,15 +139,27 @@ BESIDE_NOTE = (
 )
 
 
-def publish(report: dict, folder: Path) -> None:
-    """results/LATEST.md, the README, stages/README.md and each stage's README show this run."""
-    relative = folder.relative_to(RESULTS)
-    (RESULTS / "LATEST.md").write_text(
+def measured_every_stage(report: dict) -> bool:
+    """Whether this run itself measured every stage of the ladder and every part of a step: a row kept
+    from an earlier run, or a stage left out, makes it a partial run."""
+    ladder = {(each.number, each.part) for stage in stages.all_stages() for each in (*stage.parts(), stage)}
+    measured = {(r["stage"], r.get("part")) for r in report["stages"] if r["run"]["date"] == report["date"]}
+    return ladder <= measured
+
+
+def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
+    """results/LATEST.md, the README, stages/README.md and each stage's README show this run, which
+    must have measured every stage (a normalized report): figures of a partial run stay in its folder."""
+    if not measured_every_stage(report):
+        raise ValueError(f"{folder.name} did not measure every stage: a partial run never publishes")
+    results, ladder_folder = root / RESULTS.relative_to(ROOT), root / stages.STAGES.relative_to(ROOT)
+    relative = folder.relative_to(results)
+    (results / "LATEST.md").write_text(
         f"# Latest benchmark: [{relative}]({relative}/RESULTS.md)\n\n"
         + "\n".join(summary(report, f"{relative}/chart.png"))
         + "\n"
     )
-    replace_block(ROOT / "README.md", "\n".join(summary(report, f"results/{relative}/chart.png")))
+    replace_block(root / "README.md", "\n".join(summary(report, f"results/{relative}/chart.png")))
     ladder = [
         "| stage | run | QPS at the bar | users | p95 ms: all | log in | slowest request type | server CPU ms/req |",
         "|---|---|---|---|---|---|---|---|",
@@ -168,9 +179,9 @@ def publish(report: dict, folder: Path) -> None:
         figures = stage_figures(
             report, result, f"../../results/{relative}/RESULTS.md", f"../../results/{relative}/{chart_name(result)}"
         )
-        replace_block(stage.folder / "README.md", figures, result.get("part"))
+        replace_block(ladder_folder / stage.folder.name / "README.md", figures, result.get("part"))
     replace_block(
-        STAGES_README,
+        ladder_folder / "README.md",
         f"Measured by `{made_by(report)}` ([details](../results/{relative}/RESULTS.md)); "
         f"bar: {bar_of(report).text()}:\n\n" + "\n".join(ladder),
     )

@@ -1,22 +1,34 @@
-"""What a bench run writes: ``RESULTS.md`` and its charts in its own folder, and, for a
-run that may publish, the READMEs and ``results/LATEST.md`` (``publishing``)."""
+"""What a bench run writes: ``RESULTS.md`` and its charts in its own folder, and, for a run
+that may publish, the READMEs and ``results/LATEST.md`` (``publishing``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tools.bench.charts import chart, chart_name, stage_chart
-from tools.bench.publishing import publish
-from tools.bench.runs import normalize
+from tools.bench.publishing import measured_every_stage, publish
+from tools.bench.runs import RESULTS, ROOT, normalize
 from tools.bench.tables import markdown
 
 
-def write_reports(report: dict, folder: Path, publish_it: bool) -> None:
+def publishes(report: dict, folder: Path, root: Path = ROOT) -> bool:
+    """Whether a run gives the ladder's figures: one that measured every stage itself, into a folder of
+    its own under results/; never a smoke run, a variant (``--out``), nor a partial run (``--stages``,
+    or stages kept from an earlier run)."""
+    plan = report["plan"]
+    in_results = folder.resolve().is_relative_to((root / RESULTS.relative_to(ROOT)).resolve())
+    return in_results and not plan.get("quick") and not plan.get("out") and measured_every_stage(report)
+
+
+def write_reports(report: dict, folder: Path, root: Path = ROOT) -> bool:
+    """Write the run's own reports, and publish it if it may; returns whether it did."""
     report = normalize(report)
     (folder / "RESULTS.md").write_text(markdown(report))
     chart(report, folder / "chart.png")
     for result in report["stages"]:
         if any("rps" in step for step in result["steps"]):
             stage_chart(report, result, folder / chart_name(result))
-    if publish_it:
-        publish(report, folder)
+    if not publishes(report, folder, root):
+        return False
+    publish(report, folder, root)
+    return True
