@@ -147,7 +147,7 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
     seed = ["--users", str(seed_users), "--tweets", str(seed_tweets), "--follows", "20"]
     stages.prepare_database(stage, env, seed=seed)
     names = [k.removeprefix("TWEEPY_") for k in env if k in stages.APP_SETTING_NAMES]
-    return create_app({name: config.parse(config.BY_NAME[name], env[f"TWEEPY_{name}"]) for name in names})
+    return create_app({name: config.BY_NAME[name].parse(env[f"TWEEPY_{name}"]) for name in names})
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import services
-from tweepy.config import BY_NAME, SETTINGS, Setting, parse
+from tweepy.config import BY_NAME, SETTINGS, Setting
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ROOT / "stages"
@@ -102,7 +102,7 @@ class Stage:
 
     def app_value(self, name: str):
         """``app_setting`` read as the app reads it (a boolean, a number...)."""
-        return parse(BY_NAME[name], self.app_setting(name))
+        return BY_NAME[name].parse(self.app_setting(name))
 
     @property
     def server(self) -> str:
