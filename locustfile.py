@@ -1,53 +1,17 @@
 """The tweepy benchmark protocol: the same realistic traffic and the same pass/fail bar for every stage.
 
-A closed loop of Locust ``FastHttpUser``s, each thinking 0.5-1.5 s between tasks, logged in as a
-seeded user ``user<k>`` of its own (password ``tweepy123``): no two locust users of one process
-share an account, so that each one's sessions are its own. Forms are filled like a
-browser fills them: the CSRF token comes from the last page fetched, and a page is fetched where
-a browser would fetch one: the login and register forms, and the timeline a login or a
-registration redirects to (the app gives a new session a new token). Redirects are never
-followed by locust itself, so one locust request is one server request;
-each one's status is checked (200 for a page, 303 where the URL contract redirects) and
-anything else is a failure with a short, stable message (so the error table groups them).
+A closed loop of Locust ``FastHttpUser``s, thinking 0.5-1.5 s between tasks, each logged in as a
+seeded ``user<k>`` of its own (password ``tweepy123``). Forms are filled as a browser fills them
+(the CSRF token from the last page fetched); redirects are never followed, so one locust request
+is one server request, and each status is checked: anything else fails with a short, stable
+message. A login refused as busy is tried again after its Retry-After. The tasks, their weights
+and requests, the bar and every setting are declared in ``tools/protocol.py``.
 
-A person whose login failed (a 503 from a busy site, say) logs in again before anything else,
-after the wait the answer's Retry-After asked for, as a person told "try again in a few seconds" does.
-Requests made by each task, with the stats name in brackets where it differs from the path:
-
-    on start (once per user)   GET / -> 200 (the login form), POST / [/ [first login]] -> 303 to /tweets/,
-                               GET /tweets/ -> 200
-    register          x1       POST /logout/ -> 303, GET /register/ -> 200,
-                               POST /register/ -> 303 (a brand-new user, who carries on), GET /tweets/ -> 200
-    log out + log in  x2       POST /logout/ -> 303, GET / -> 200, POST / -> 303 (the same user again),
-                               GET /tweets/ -> 200
-    list tweets       x200     GET /tweets/ -> 200
-    write a tweet     x20      POST /tweets/ -> 303
-    list users        x5       GET /users/?page=<random page of the seeded users> [/users/?page=[n]] -> 200
-    follow            x5       POST /users/user<j>/follow [/users/[name]/follow] -> 303
-    unfollow          x5       POST /users/<someone>/unfollow [/users/[name]/unfollow] -> 303
-
-The weights are the talk's, declared with the requests of each task in ``tools/protocol.py``:
-238 tasks send 247 requests, 3 of which hash a password with bcrypt. Logins are measured like
-everything else (on start included); nothing is hidden from the stats.
-
-The bar: every request type with at least TWEEPY_BAR_MIN_REQUESTS requests (default 5; logins,
-first logins and registrations included) and all requests together keep their p95 below
-TWEEPY_BAR_P95_MS (default 2000), with at most TWEEPY_BAR_FAILURES failures (default 0). When
-locust quits, one line says ``BAR MET: ...`` or ``BAR MISSED: ...``, naming the slowest request
-type and every type that missed, and a missed bar makes the process exit with 1, so
-``locust -f locustfile.py --headless ...`` works in scripts; with the web UI (``make locust``),
-the line is also printed each time a test is stopped. With ``--processes N`` or workers on other
-machines, only the master judges, from the stats of all workers.
-
-How many users were seeded (user1..userN) is asked of the server when a test starts, once per
-locust process: a few GETs of ``/users/user<k>/following/`` find where the names stop (no stats
-count them). TWEEPY_SEED_USERS, when set, is taken as it is instead (the bench passes it).
-
-Settings (environment, declared in ``tools/protocol.py``): TWEEPY_SEED_USERS, TWEEPY_PAGE_SIZE
-(default 50, users per page of /users/), TWEEPY_BAR_P95_MS, TWEEPY_BAR_FAILURES,
-TWEEPY_BAR_MIN_REQUESTS. Pass the server with -H (default http://127.0.0.1:5000, ``python run.py``).
-Run it from the repository's root (locust puts the working directory on ``sys.path``, which makes
-``tools.protocol`` importable).
+How many users were seeded is asked of the server when a test starts, unless
+TWEEPY_SEED_USERS says. When locust quits, one line says ``BAR MET: ...`` or ``BAR MISSED: ...`` and a missed bar exits
+with 1; with ``--processes N`` or remote workers only the master judges. Pass the server with -H
+(default http://127.0.0.1:5000) and run it from the repository's root, which locust puts on
+``sys.path`` so that ``tools.protocol`` imports. stages/1-protocol/README.md says why it is so.
 """
 
 from __future__ import annotations

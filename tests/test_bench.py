@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tools import stages
-from tools.bench import figures, measure, plan, report
+from tools.bench import charts, figures, machine, measure, plan, publishing, report, runs, tables
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -204,12 +204,12 @@ def test_the_projection_gives_no_stage_more_cores_than_it_can_run_at_once():
     on_8 = figures.projection(10.0, 0, 1000, 200.0, cores=8, parallel=4)
     on_4 = figures.projection(10.0, 0, 1000, 200.0, cores=4, parallel=4)
     assert on_8["usable_cores"] == 4 and on_8["qps"] == on_4["qps"]
-    assert report.parallel_processes({"server": "dev"}) == 1
-    assert report.parallel_processes({"server": "uwsgi", "processes_setting": "4"}) == 4
-    assert report.parallel_processes({"settings": {"TWEEPY_SERVER": "uwsgi", "TWEEPY_PROCESSES": "auto"}}) is None
+    assert tables.parallel_processes({"server": "dev"}) == 1
+    assert tables.parallel_processes({"server": "uwsgi", "processes_setting": "4"}) == 4
+    assert tables.parallel_processes({"settings": {"TWEEPY_SERVER": "uwsgi", "TWEEPY_PROCESSES": "auto"}}) is None
     gevent = {"TWEEPY_SERVER": "uwsgi", "TWEEPY_GEVENT": "100", "TWEEPY_BCRYPT_IN_THREADPOOL": "true"}
     hashing_beside = {**gevent, "TWEEPY_HASHING_SLOTS": "2"}
-    assert report.parallel_processes({"settings": hashing_beside, "processes_setting": "4"}) == 12
+    assert tables.parallel_processes({"settings": hashing_beside, "processes_setting": "4"}) == 12
 
 
 def test_a_stage_is_measured_against_the_bcrypt_library_it_hashes_with():
@@ -226,8 +226,8 @@ def test_a_stage_is_measured_against_the_bcrypt_library_it_hashes_with():
     libxcrypt["settings"] = {**libxcrypt["settings"], "TWEEPY_BCRYPT_LIBRARY": "libxcrypt"}
     assert figures.hash_library(pyca) == "pyca" and figures.hash_library(libxcrypt) == "libxcrypt"
     # The same window and server CPU, less of it bcrypt: more of it the rest, and a higher projection.
-    assert report.projection_cells(libxcrypt, bound)[2] != report.projection_cells(pyca, bound)[2]
-    text = report.markdown(a_report(pyca, libxcrypt))
+    assert tables.projection_cells(libxcrypt, bound)[2] != tables.projection_cells(pyca, bound)[2]
+    text = tables.markdown(a_report(pyca, libxcrypt))
     assert "libxcrypt 12.0 hashes/s (160.0 ms)" in text
 
 
@@ -235,17 +235,17 @@ def test_hashing_on_threads_of_its_own_shows_their_measured_cpu_beside_the_probe
     threaded = a_stage()
     threaded["best"] = {**threaded["best"], "hashing_threads_cpu_ms_per_request": 2.1}
     # 24 hashes in 4800 requests at the probe's 250 ms: 1.25 ms a request, by estimate.
-    assert report.projection_cells(threaded, A_BOUND)[2] == "10.0 (1.25 hashing; 2.10 in its hashing threads)"
-    assert report.projection_cells(a_stage(), A_BOUND)[2] == "10.0 (1.25 hashing)"
+    assert tables.projection_cells(threaded, A_BOUND)[2] == "10.0 (1.25 hashing; 2.10 in its hashing threads)"
+    assert tables.projection_cells(a_stage(), A_BOUND)[2] == "10.0 (1.25 hashing)"
     # The stage README's table: of it bcrypt and the rest, each with the threads' own measure beside it.
-    assert "| 10.00 | 1.25 (2.10 measured) | 8.75 (7.90 measured) |" in report.stage_figures(
+    assert "| 10.00 | 1.25 (2.10 measured) | 8.75 (7.90 measured) |" in publishing.stage_figures(
         a_report(threaded), threaded, "link"
     )
-    assert "| 10.00 | 1.25 | 8.75 |" in report.stage_figures(a_report(), a_stage(), "link")
+    assert "| 10.00 | 1.25 | 8.75 |" in publishing.stage_figures(a_report(), a_stage(), "link")
 
 
 def test_the_probe_measures_every_bcrypt_library_this_machine_has():
-    probe = measure.bcrypt_bound(4, 0.2)
+    probe = machine.bcrypt_bound(4, 0.2)
     assert set(probe["libraries"]) == {"pyca", "libxcrypt"}
     assert probe["hashes_per_s"] == probe["libraries"]["pyca"]["hashes_per_s"]
 
@@ -256,17 +256,17 @@ def test_cpu_per_hash_is_the_probes_own_measure_when_it_recorded_one():
 
 
 def test_the_bcrypt_probe_counts_the_cpu_of_its_hashes_not_the_time_to_start_its_pool():
-    probe = measure.bcrypt_bound(4, 0.2)
-    single = measure._hash_for(("pyca", 4, 0.2))
+    probe = machine.bcrypt_bound(4, 0.2)
+    single = machine._hash_for(("pyca", 4, 0.2))
     assert probe["cpu_ms_per_hash"] == pytest.approx(1000 * single[2] / single[0], rel=0.5)
 
 
 def test_projections_are_labelled_and_shown_next_to_the_talks_figures():
-    text = report.markdown(a_report(a_stage(5, "concurrency", processes_setting="4")))
+    text = tables.markdown(a_report(a_stage(5, "concurrency", processes_setting="4")))
     assert "projection: 4 cores | projection: 8 cores | the talk (measured) |" in text
     assert "550 QPS, 4 CPUs" in text
     assert "Projections are not measurements" in text
-    assert "1K QPS, vCPUs not stated" in report.markdown(a_report())
+    assert "1K QPS, vCPUs not stated" in tables.markdown(a_report())
 
 
 # --- honest reports -------------------------------------------------------------------------------------
@@ -274,17 +274,17 @@ def test_projections_are_labelled_and_shown_next_to_the_talks_figures():
 
 def test_every_row_names_its_run_and_commit_even_in_a_stage_readme():
     earlier = {"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "bcrypt": {**A_BOUND, "hashes_per_s": 9.0}}
-    text = report.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))
+    text = tables.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))
     assert "| 5 concurrency | 2026-11-21 08:00 UTC, 0ld0ld0 |" in text
     assert "| 6 vertical | 2026-11-22 10:00 UTC, abc1234 |" in text
-    readme = report.stage_figures(a_report(), a_stage(run=earlier), "link")
+    readme = publishing.stage_figures(a_report(), a_stage(run=earlier), "link")
     assert "run of 2026-11-21 08:00 UTC, commit 0ld0ld0" in readme
 
 
 def test_a_profile_names_the_commit_its_servers_ran_not_the_tree_it_ended_with(monkeypatch):
     from tools import profile
 
-    monkeypatch.setattr(measure, "git_commit", lambda: "abc1234+changes")  # edited while it ran
+    monkeypatch.setattr(machine, "git_commit", lambda: "abc1234+changes")  # edited while it ran
     result = {
         "stage": 6, "commit": "abc1234", "users": 300, "seconds": 333.0, "bcrypt_cost": 12, "rps": 180.0,
         "data": {"users": 10_000, "tweets": 1_000_000}, "failures": 0, "requests": 59_000,
@@ -316,7 +316,7 @@ def test_a_profile_of_a_stage_hashing_on_its_own_threads_shows_their_cpu_measure
 
 def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_used():
     earlier = {"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "bcrypt": {**A_BOUND, "hashes_per_s": 9.0}}
-    text = report.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))
+    text = tables.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))
     this_run, earlier_run = text.index("Run of 2026-11-22 10:00 UTC"), text.index("Run of 2026-11-21 08:00 UTC")
     notes = text.index("QPS at the bar: requests")
     assert "bcrypt bound 8.0 hashes/s" in text[this_run:earlier_run]
@@ -326,24 +326,24 @@ def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_
 
 
 def test_the_reports_show_each_shown_request_types_p95_and_the_slowest():
-    text = report.markdown(a_report())
+    text = tables.markdown(a_report())
     assert "log in `POST /` | register `POST /register/` | timeline `GET /tweets/` | write `POST /tweets/`" in text
     assert "| 160.0 | 300 | 600 | 650 | 250 | 280 | `POST /register/` 650 ms |" in text.replace("**", "")
 
 
 def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_request():
     step = a_step(200, rps=160.0, generator_cpu_cores=0.096)  # 0.6 ms of the generator's CPU for each of 160
-    assert report.generator_cell(step) == "5%, 0.60 ms/req"
-    assert report.generator_cell(a_step(200)) == "5%"  # runs that did not record its cores
+    assert tables.generator_cell(step) == "5%, 0.60 ms/req"
+    assert tables.generator_cell(a_step(200)) == "5%"  # runs that did not record its cores
     # Recorded by the window itself, unrounded by the cores' two decimals, it is shown as it is.
-    assert report.generator_cell({**step, "generator_cpu_ms_per_request": 0.613}) == "5%, 0.61 ms/req"
-    assert report.generator_cell({}) == "—"
-    assert "| 5%, 0.60 ms/req |" in report.markdown(a_report(a_stage(best=step)))
+    assert tables.generator_cell({**step, "generator_cpu_ms_per_request": 0.613}) == "5%, 0.61 ms/req"
+    assert tables.generator_cell({}) == "—"
+    assert "| 5%, 0.60 ms/req |" in tables.markdown(a_report(a_stage(best=step)))
 
 
 def test_a_search_cut_short_never_shows_its_last_passing_step_as_the_capacity():
     cut = a_stage(search={"state": "cut short", "ended": "", "note": "locust exited with code -9 in the window"})
-    text = report.markdown(a_report(cut))
+    text = tables.markdown(a_report(cut))
     assert "≥ 160.0 (search cut short)" in text and "**160.0**" not in text
     assert "search cut short: locust exited with code -9 in the window" in text
 
@@ -351,9 +351,9 @@ def test_a_search_cut_short_never_shows_its_last_passing_step_as_the_capacity():
 def test_a_stage_that_crashed_says_so_in_its_row_and_its_readme():
     crashed = measure.crashed_stage(stages.get_stage(6), RuntimeError("uwsgi exited with 1 while starting:\nlog tail"))
     crashed["run"] = A_RUN
-    text = report.markdown(a_report(crashed))
+    text = tables.markdown(a_report(crashed))
     assert "| crashed: RuntimeError: uwsgi exited with 1 while starting: |" in text
-    assert "crashed: RuntimeError" in report.stage_figures(a_report(), crashed, "link")
+    assert "crashed: RuntimeError" in publishing.stage_figures(a_report(), crashed, "link")
 
 
 def test_a_crashed_locust_that_wrote_nothing_is_reported_as_crashed(tmp_path):
@@ -374,7 +374,7 @@ def test_a_search_whose_shape_never_said_done_was_cut_short(tmp_path):
 
 def test_a_stage_that_misses_the_bar_at_its_first_step_is_reported_as_missed():
     missed = a_stage(0, "baseline", best=None, overload=None, steps=[a_step(25, met_bar=False, reasons=["window: x"])])
-    assert "| 0 baseline | 2026-11-22 10:00 UTC, abc1234 | — | — (missed at 25 users) |" in report.markdown(
+    assert "| 0 baseline | 2026-11-22 10:00 UTC, abc1234 | — | — (missed at 25 users) |" in tables.markdown(
         a_report(missed)
     )
 
@@ -383,12 +383,12 @@ def test_a_ceiling_the_generator_could_not_saturate_is_reported_as_a_lower_bound
     assert measure.ceiling_verdict(2000, 0.95, 0.9, processes=1, cores=2)["lower_bound"]
     assert measure.ceiling_verdict(2000, 0.5, 1.4, processes=1, cores=2)["lower_bound"], "the machine was full"
     assert not measure.ceiling_verdict(2000, 0.5, 0.6, processes=1, cores=4)["lower_bound"]
-    assert "≥ 3000 (lower bound), 0 failed" in report.markdown(a_report())
+    assert "≥ 3000 (lower bound), 0 failed" in tables.markdown(a_report())
 
 
 def test_the_bar_in_the_report_is_the_one_the_run_used():
     looser = {**a_report(), "bar": {"max_p95_ms": 5000.0, "max_failures": 3, "min_requests": 10}}
-    text = report.markdown(looser)
+    text = tables.markdown(looser)
     assert "Bar: p95 < 5000 ms for all requests and for every request type with at least 10 requests" in text
     assert "at most 3 failed request(s)" in text
 
@@ -398,7 +398,7 @@ def test_old_results_are_rejudged_with_the_per_type_bar():
     del old["slowest"], old["hashes"]
     results = {k: v for k, v in a_stage().items() if k not in ("search", "overload", "ceiling")}
     results.update(steps=[a_step(200), old], best=old, ceiling_rps=3000.0)
-    rejudged = report.normalize({**a_report(), "bar": None, "stages": [results]})
+    rejudged = runs.normalize({**a_report(), "bar": None, "stages": [results]})
     stage = rejudged["stages"][0]
     assert stage["best"]["users"] == 200
     assert stage["steps"][1]["reasons"] == [f"ramp: p95 too slow for {FIRST_LOGIN_KEY} (16000 ms)"]
@@ -407,33 +407,119 @@ def test_old_results_are_rejudged_with_the_per_type_bar():
 
 def test_a_kept_stage_whose_runs_probe_is_lost_is_never_measured_against_this_runs(tmp_path):
     kept = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0"})
-    text = report.markdown(report.normalize(a_report(kept, a_stage()), results=tmp_path))
+    text = tables.markdown(runs.normalize(a_report(kept, a_stage()), results=tmp_path))
     assert "Run of 2026-11-21 08:00 UTC, 0ld0ld0: its bcrypt probe is not recorded" in text
 
 
 def test_rows_kept_from_a_run_on_another_machine_say_which_machine_it_was(tmp_path):
     other = {**a_report()["machine"], "os": "Linux-older-kernel"}
     kept = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "machine": other})
-    text = report.markdown(report.normalize(a_report(kept, a_stage()), results=tmp_path))
+    text = tables.markdown(runs.normalize(a_report(kept, a_stage()), results=tmp_path))
     where = "the run of 2026-11-21 08:00 UTC, 0ld0ld0: AMD EPYC, 2 cores, Linux-older-kernel"
     assert f"Rows from another machine: {where}." in text
-    readme = report.stage_figures(report.normalize(a_report(kept, a_stage()), results=tmp_path), a_stage(), "link")
+    readme = publishing.stage_figures(runs.normalize(a_report(kept, a_stage()), results=tmp_path), a_stage(), "link")
     assert f"Rows from another machine: {where}." in readme, "the stage before it, in the step's own table"
     same = a_stage(5, "concurrency", run={"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0"})
-    assert "Rows from another machine" not in report.markdown(
-        report.normalize(a_report(same, a_stage()), results=tmp_path)
+    assert "Rows from another machine" not in tables.markdown(
+        runs.normalize(a_report(same, a_stage()), results=tmp_path)
     )
 
 
 def test_a_readme_block_between_the_bench_markers_is_replaced_and_the_rest_kept(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# Stage\n\nText.\n")
-    report.replace_block(readme, "first run")
-    report.replace_block(readme, "second run")
+    publishing.replace_block(readme, "first run")
+    publishing.replace_block(readme, "second run")
     text = readme.read_text()
     assert text.startswith("# Stage\n\nText.\n")
     assert "second run" in text and "first run" not in text
-    assert text.count(report.README_START) == 1 and text.count(report.README_END) == 1
+    assert text.count(publishing.README_START) == 1 and text.count(publishing.README_END) == 1
+
+
+# --- publishing: only a run that measured every stage ------------------------------------------------
+
+
+def a_checkout(tmp_path) -> Path:
+    """The files a full run publishes to, as a fresh checkout has them, in a folder of their own."""
+    root = tmp_path / "checkout"
+    (root / "results").mkdir(parents=True)
+    (root / "results" / "LATEST.md").write_text("# Latest benchmark: an earlier run\n")
+    for readme in [stages.ROOT / "README.md", stages.STAGES / "README.md"] + [
+        stage.folder / "README.md" for stage in stages.all_stages()
+    ]:
+        copy = root / readme.relative_to(stages.ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(readme.read_text())
+    return root
+
+
+def files_of(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.md")) if "results/run" not in str(p)}
+
+
+def every_stage(run=None) -> list[dict]:
+    """A row for every stage of the ladder and every part of a step, as a full run measures them."""
+    return [
+        a_stage(each.number, each.name + (f", {each.part}" if each.part else ""), run=run, part=each.part)
+        for stage in stages.all_stages()
+        for each in (*stage.parts(), stage)
+    ]
+
+
+def test_a_run_that_measured_every_stage_publishes_its_figures(tmp_path):
+    root = a_checkout(tmp_path)
+    before = files_of(root)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    assert report.write_reports(a_report(*every_stage()), folder, root=root)
+    after = files_of(root)
+    assert after["results/LATEST.md"].startswith("# Latest benchmark: [run](run/RESULTS.md)")
+    changed = {name for name in before if after[name] != before[name]}
+    readmes = {f"stages/{stage.folder.name}/README.md" for stage in stages.all_stages()}
+    assert {"results/LATEST.md", "README.md", "stages/README.md", *readmes} <= changed
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param(lambda: [a_stage(2, "parallelize"), a_stage(3, "database")], id="some stages (--stages)"),
+        pytest.param(lambda: every_stage()[:-1], id="every stage but the last"),
+        pytest.param(
+            lambda: [*every_stage()[:-1], a_stage(7, "scale-out", run={**A_RUN, "date": "2026-11-01 10:00 UTC"})],
+            id="a stage kept from an earlier run (--keep-from)",
+        ),
+    ],
+)
+def test_a_partial_run_writes_its_own_folder_and_never_publishes(tmp_path, rows):
+    root = a_checkout(tmp_path)
+    before = files_of(root)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    assert not report.write_reports(a_report(*rows()), folder, root=root)
+    assert (folder / "RESULTS.md").read_text().startswith("# tweepy benchmark")
+    assert files_of(root) == before, "LATEST.md, the README and the stage READMEs are left as they were"
+
+
+def test_publishing_a_partial_run_is_refused_whoever_calls_it(tmp_path):
+    root = a_checkout(tmp_path)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    partial = runs.normalize(a_report(a_stage(2, "parallelize")))
+    with pytest.raises(ValueError, match="partial run never publishes"):
+        publishing.publish(partial, folder, root)
+    assert (root / "results" / "LATEST.md").read_text() == "# Latest benchmark: an earlier run\n"
+
+
+def test_a_run_of_some_stages_is_named_for_them():
+    from datetime import datetime
+
+    from tools.bench.__main__ import results_folder
+
+    now = datetime(2026, 11, 26, 1, 30)
+    some = plan.make_plan([2, 3], False, {})
+    every = plan.make_plan([s.number for s in stages.all_stages()], False, {})
+    assert results_folder(some, now).name.endswith("-stages-2-3")
+    assert "stages" not in results_folder(every, now).name
 
 
 # --- the plan ---------------------------------------------------------------------------------------------
@@ -595,7 +681,7 @@ def test_quick_bench_writes_the_table_the_chart_and_raw_csvs(quick_report):
     assert "bcrypt cost 12" in table
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for result in found["stages"]:  # one picture a stage, and one a part of a step
-        assert (out / report.chart_name(result)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / charts.chart_name(result)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 3 database, indexes |" in table
     assert list((out / "raw").glob("stage*_stats.csv"))
     assert "stage 6 vertical · step 1/1 · window" in stdout, "progress is shown while it runs"
@@ -603,31 +689,29 @@ def test_quick_bench_writes_the_table_the_chart_and_raw_csvs(quick_report):
 
 
 def test_the_tier_table_projects_the_cores_each_tier_needs_for_1k_qps():
-    from tools.bench import report
-
     result = {
         "stage": 7, "name": "scale-out", "processes": 4, "nodes": 2,
         "run": {"date": "today", "commit": "abc"},
         "best": {"tier_cpu_ms_per_request": {"front": 0.2, "app": 3.0, "postgresql": 0.5}},
     }  # fmt: skip
-    lines = report.tier_table({"stages": [result]})
+    lines = tables.tier_table({"stages": [result]})
     row = next(line for line in lines if line.startswith("| 7 scale-out"))
     assert "front 0.2, app 3.0, postgresql 0.5" in row
     assert "app nodes of 2 cores: 2" in row
-    assert report.tier_table({"stages": [{**result, "best": {}}]}) == []
+    assert tables.tier_table({"stages": [{**result, "best": {}}]}) == []
 
 
 def test_a_part_of_a_step_comes_before_its_step_with_a_readme_block_of_its_own(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- bench:indexes:start -->\nold\n<!-- bench:indexes:end -->\nmore\n")
-    report.replace_block(readme, "the part's figures", "indexes")
-    report.replace_block(readme, "the step's figures")
+    publishing.replace_block(readme, "the part's figures", "indexes")
+    publishing.replace_block(readme, "the step's figures")
     text = readme.read_text()
     assert "old" not in text
     assert "<!-- bench:indexes:start -->\nthe part's figures\n<!-- bench:indexes:end -->\nmore" in text
     assert text.rstrip().endswith("<!-- bench:start -->\nthe step's figures\n<!-- bench:end -->")
     results = [{"stage": 4}, {"stage": 3, "part": None}, {"stage": 3, "part": "indexes"}]
-    ordered = sorted(results, key=report.in_ladder_order)
+    ordered = sorted(results, key=runs.in_ladder_order)
     assert [(r["stage"], r.get("part")) for r in ordered] == [(3, "indexes"), (3, None), (4, None)]
-    assert report.talk_figure({"stage": 3, "part": "indexes"}) == "—"
-    assert report.talk_figure({"stage": 3}) == "250 QPS, 4 CPUs"
+    assert runs.talk_figure({"stage": 3, "part": "indexes"}) == "—"
+    assert runs.talk_figure({"stage": 3}) == "250 QPS, 4 CPUs"

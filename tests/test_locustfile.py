@@ -403,7 +403,7 @@ def driven(module, shape_class, settings: dict[str, str], monkeypatch):
 @pytest.fixture
 def search(protocol, tmp_path, monkeypatch):
     """A SteppedCapacity for steps of 10 and 20 users, 30 s windows, no warm-up, a 60 s ramp limit."""
-    from tools import bench_shape
+    from tools.bench import capacity_shape
 
     settings = {
         "TWEEPY_BENCH_STEPS": "10 20",
@@ -412,7 +412,7 @@ def search(protocol, tmp_path, monkeypatch):
         "TWEEPY_BENCH_RAMP_LIMIT": "60",
         "TWEEPY_BENCH_OUT": str(tmp_path / "steps.json"),
     }
-    return driven(bench_shape, bench_shape.SteppedCapacity, settings, monkeypatch)
+    return driven(capacity_shape, capacity_shape.SteppedCapacity, settings, monkeypatch)
 
 
 def log_in(shape, users, failures=0, p95=500):

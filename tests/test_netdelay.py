@@ -13,8 +13,8 @@ import pytest
 from helpers.services import redis_url
 
 from tools import netdelay, stages
-from tools.bench import report
-from tools.bench.measure import delay_relays
+from tools.bench import tables
+from tools.bench.serving import delay_relays
 
 
 class Echo(socketserver.BaseRequestHandler):
@@ -84,6 +84,6 @@ def test_the_bench_points_a_networked_stage_at_relays_and_measures_their_round_t
 def test_a_report_says_which_stages_ran_behind_delay_relays():
     network = {"round_trip_ms": 2.2, "delay_ms_each_way": 1, "relay_cpu_s": 3.5}
     delayed = {"stage": 7, "name": "scale-out", "network": network}
-    lines = report.network_lines({"stages": [delayed, {"stage": 6, "name": "vertical"}]})
+    lines = tables.network_lines({"stages": [delayed, {"stage": 6, "name": "vertical"}]})
     assert len(lines) == 1 and "7 scale-out: 2.2 ms a round trip to Redis (1 ms added each way)" in lines[0]
-    assert report.network_lines({"stages": [{"stage": 6, "name": "vertical"}]}) == []
+    assert tables.network_lines({"stages": [{"stage": 6, "name": "vertical"}]}) == []

@@ -31,10 +31,30 @@ def mentions() -> dict[str, set[str]]:
 
 
 def test_every_tweepy_variable_the_project_mentions_is_declared_once():
-    declared = [settings.variable(s) for _, _, group in settings.groups() for s in group]
-    assert len(declared) == len(set(declared)), "a setting is declared twice"
+    declared = settings.every_setting()  # refuses a variable declared twice
     undeclared = {name: sorted(paths) for name, paths in mentions().items() if name not in declared}
     assert undeclared == {}
+
+
+def test_a_variable_declared_in_two_groups_is_refused(monkeypatch):
+    monkeypatch.setattr(settings, "DECLARED_IN", (*settings.DECLARED_IN, ("Again", "tweepy.config", "SETTINGS")))
+    with pytest.raises(ValueError, match="TWEEPY_DATABASE_URL is declared twice"):
+        settings.every_setting()
+
+
+def test_every_group_declares_its_settings_with_the_one_setting_type():
+    for heading, _, group in settings.groups():
+        assert group and all(type(setting) is config.Setting for setting in group), heading
+
+
+def test_a_setting_is_read_as_its_default_is_typed_and_checked_against_its_minimum():
+    steps = config.Setting("TWEEPY_BENCH_WINDOW", 2.0, "", minimum=1)
+    assert steps.read({}) == 2.0 and steps.read({"TWEEPY_BENCH_WINDOW": "3"}) == 3.0
+    with pytest.raises(ValueError, match="must be at least 1"):
+        steps.read({"TWEEPY_BENCH_WINDOW": "0.5"})
+    with pytest.raises(ValueError, match="is not a number"):
+        steps.read({"TWEEPY_BENCH_WINDOW": "many"})
+    assert config.Setting("SQLITE_TUNED", False, "").read({"TWEEPY_SQLITE_TUNED": "on"}) is True
 
 
 def test_the_readme_lists_every_setting_as_declared():
@@ -100,7 +120,7 @@ def test_the_secret_key_file_is_owner_only_from_the_start(tmp_path):
 
 
 def test_auto_processes_are_one_per_core_or_with_hashing_threads_one_per_hashing_slots_cores(monkeypatch):
-    monkeypatch.setattr(stages.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(stages.model.os, "sched_getaffinity", lambda _pid: set(range(8)))
     plain = stages.Stage(9, "x", stages.STAGES, {"TWEEPY_SERVER": "uwsgi", "TWEEPY_PROCESSES": "auto"})
     assert plain.processes == 8
     gevent = {**plain.settings, "TWEEPY_GEVENT": "100", "TWEEPY_BCRYPT_IN_THREADPOOL": "true"}

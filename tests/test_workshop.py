@@ -62,7 +62,7 @@ def test_make_compare_takes_a_part_of_the_step():
 def test_compare_points_serving_settings_at_the_stage_runner():
     text = compare.compare(stages.get_stage(4), stages.get_stage(5))
     assert "TWEEPY_GEVENT: 0 (default) -> 100" in text
-    assert "tools/stages.py" in text and "(Stage.uwsgi_options)" in text
+    assert "tools/stages/model.py" in text and "(Stage.uwsgi_options)" in text
     assert "TWEEPY_BCRYPT_IN_THREADPOOL" in text and "tweepy/passwords.py" in text
 
 

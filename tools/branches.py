@@ -73,7 +73,7 @@ def uwsgi_ini(stage: Stage, shared: str) -> str:
     else:
         nodes = f", in each of its {stage.nodes} app nodes" if stage.nodes > 1 else ""
         tail = [
-            f"; This branch's stage: what tools/stages.py adds on uWSGI's command line{nodes} ({WRITTEN_BY}).",
+            f"; This branch's stage: what tools/stages/model.py adds on uWSGI's command line{nodes} ({WRITTEN_BY}).",
             "; By hand, with stage.env's settings in the environment:",
             ";   uwsgi --ini uwsgi.ini --ini uwsgi.ini:stage --socket var/uwsgi.sock",
             "[stage]",
@@ -90,7 +90,7 @@ def nginx_conf(stage: Stage, shared: str) -> str:
         tail = [f"# This branch's stage: the upstream spreads requests over {stage.nodes} app nodes ({sockets})."]
     else:
         tail = ["# This branch's stage: the upstream is one uWSGI instance (var/uwsgi.sock)."]
-    tail.append(f"# ({WRITTEN_BY}; tools/stages.py fills in the rest when it starts the stage)")
+    tail.append(f"# ({WRITTEN_BY}; tools/stages/servers.py fills in the rest when it starts the stage)")
     return shared.rstrip("\n") + "\n\n" + "\n".join(tail) + "\n"
 
 

@@ -5,7 +5,7 @@
 
 For every setting whose value differs, it prints the old and new values, what the setting is for
 (its declaration), and every place that reads it: the function in ``tweepy/`` that an app setting
-turns on, or the part of the stage runner (``tools/stages.py``) a serving setting changes. A new
+turns on, or the part of the stage runner (``tools/stages/``) a serving setting changes. A new
 schema revision lists the migrations it adds. The places are found in the code itself (where a
 setting's name is read), so the list stays true as the code moves.
 """
@@ -24,7 +24,7 @@ from tweepy.config import BY_NAME
 ROOT = stages.ROOT
 # Where the app reads its settings (config.py only declares and checks them).
 APP_CODE = sorted(p for p in (ROOT / "tweepy").rglob("*.py") if p.name != "config.py")
-RUNNER = ROOT / "tools" / "stages.py"
+RUNNER = sorted((ROOT / "tools" / "stages").glob("*.py"))
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def compare(a: stages.Stage, b: stages.Stage) -> str:
                 head if before == "head" else before, head if after == "head" else after
             ):
                 lines.append(f"    adds {migration}")
-        found = places(name, APP_CODE) if name in BY_NAME else places(name, [RUNNER])
+        found = places(name, APP_CODE) if name in BY_NAME else places(name, RUNNER)
         for place in found:
             lines.append(f"    read in {place}")
         lines.append("")

@@ -4,21 +4,13 @@
     python -m tools.mix 6 --requests 20000 --rounds 5
     python -m tools.mix 6 --profile                    and where the time goes, function by function
 
-What a change to the app costs or saves, in seconds rather than a benchmark's
-half hour: the stage's app settings, on a fresh SQLite database seeded small
-(``--seed-users``, ``--seed-tweets``), logged-in people sending the protocol's
-timeline reads, tweets, user lists, follows and unfollows with its weights
-(``tools/protocol.py``), and the process's CPU time a request: in all, by type
-of request, and what any request pays before its view does anything (the
-stage's hooks, against Flask alone). Logins and registrations are left out:
-their cost is bcrypt's.
-
-Each request is a call of the WSGI app with the environ a server would build
-(``Person.send``), cookies kept from one answer to the next as a browser keeps
-them, so the figures are the app's own work: no client library is counted in.
-It is not a benchmark: no nginx, no uWSGI, no gevent, no network. Compare two
-trees or two settings with it, run in turn on the same machine; ``make bench``
-and ``make profile`` say what a stage serves.
+What a change to the app costs or saves, in seconds: the stage's app settings on a small fresh
+SQLite database, logged-in people sending the protocol's reads, tweets and follows with its
+weights (``tools/protocol.py``), and the process's CPU a request, by type and before any view
+runs. Logins and registrations are left out: their cost is bcrypt's. Each request is a call of
+the WSGI app with a server's environ (``Person.send``), cookies kept, so only the app's own work
+counts. It is not a benchmark (no nginx, uWSGI, gevent or network): compare two trees or two
+settings with it on one machine; ``make bench`` and ``make profile`` say what a stage serves.
 """
 
 from __future__ import annotations
@@ -155,7 +147,7 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
     seed = ["--users", str(seed_users), "--tweets", str(seed_tweets), "--follows", "20"]
     stages.prepare_database(stage, env, seed=seed)
     names = [k.removeprefix("TWEEPY_") for k in env if k in stages.APP_SETTING_NAMES]
-    return create_app({name: config.parse(config.BY_NAME[name], env[f"TWEEPY_{name}"]) for name in names})
+    return create_app({name: config.BY_NAME[name].parse(env[f"TWEEPY_{name}"]) for name in names})
 
 
 @dataclass

@@ -3,19 +3,13 @@
     python -m tools.profile 6                          200 users for 60 s, the bench's data
     python -m tools.profile 6 --users 300 --seconds 90
 
-The stage is started on a fresh copy of the bench's seeded database (sizes from
-TWEEPY_BENCH_USERS / _TWEETS / _FOLLOWS, as ``make bench``), locust runs the
-protocol against it, and once every user has logged in py-spy samples every
-uWSGI worker (or the development server) for the second half of the run.
-Written to ``results/profiles/<date>-stage<N>/``:
-
-- ``flame.svg``: py-spy's flame graph (open it in a browser; click to zoom);
-- ``top.txt``: the functions that took the CPU, as shares of the busy samples
-  outside bcrypt, and how many samples were hashing or idle;
-- ``summary.md``: the server's CPU a request over the profiled window, with
-  bcrypt apart (the hashes the window really did, at the probe's cost a
-  hash; and, where hashing has threads of its own, their CPU as measured
-  thread by thread), and the locust figures of the run.
+The stage runs on a fresh copy of the bench's seeded database (``TWEEPY_BENCH_USERS`` and the
+rest, as ``make bench``), locust runs the protocol, and once every user has logged in py-spy
+samples every worker for the second half of the run. Written to
+``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph), ``top.txt`` (the
+functions that took the CPU outside bcrypt, and how many samples hashed or idled) and
+``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the probe's
+cost, and hashing threads' own CPU where there are any; and the locust figures).
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tools import stages
-from tools.bench import measure
+from tools.bench import machine, serving
 from tools.bench.figures import cpu_ms_per_hash
 from tools.bench.plan import make_plan
 from tools.bench.procfs import cpu_seconds, process_tree, thread_cpu_seconds
@@ -127,13 +121,13 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     plan = make_plan([stage_number], quick=False, environ=os.environ)
     stage = stages.get_stage(stage_number)
     out.mkdir(parents=True, exist_ok=True)
-    measure.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
-    bound = measure.bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
-    env = measure.bench_data_environment(plan, "profile")
+    machine.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
+    bound = machine.bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
+    env = serving.bench_data_environment(plan, "profile")
     rate = max(1.0, round(plan.spawn_share * bound["hashes_per_s"], 1))
     ramp = users / rate
-    commit = measure.git_commit()  # what the servers load now, whatever the tree holds when the run ends
-    with stages.start(stage, port=stages.free_port(), var=measure.WORK / "profile-var", env=env) as running:
+    commit = machine.git_commit()  # what the servers load now, whatever the tree holds when the run ends
+    with stages.start(stage, port=stages.free_port(), var=serving.WORK / "profile-var", env=env) as running:
         roots = [process.pid for _, process in running.children]
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),
@@ -141,7 +135,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
             "--csv", str(out / "locust"), "--csv-full-history", "--only-summary", "--loglevel", "WARNING",
         ]  # fmt: skip
         locust_env = {**os.environ, "TWEEPY_SEED_USERS": str(plan.users)}
-        measure.say(f"stage {stage_number}: {users} users, ramp {ramp:.0f} s at {rate}/s, then {seconds:g} s")
+        machine.say(f"stage {stage_number}: {users} users, ramp {ramp:.0f} s at {rate}/s, then {seconds:g} s")
         with open(out / "locust.log", "wb") as log:
             locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(ramp + seconds / 2)
@@ -194,7 +188,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
 
 
 def summary(result: dict, stage: stages.Stage, top: str) -> str:
-    m = measure.machine()
+    m = machine.machine()
     data = result["data"]
     return "\n".join(
         [
@@ -245,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-stage{args.stage}"
     result = profile(args.stage, args.users, args.seconds, out)
-    measure.say(
+    machine.say(
         f"stage {args.stage}: {result['server_cpu_ms_per_request']} ms of server CPU a request, "
         f"{result['non_bcrypt_cpu_ms_per_request']} ms outside bcrypt"
         + (

@@ -8,7 +8,7 @@ must not be monkey-patched by gevent. What lives here:
 - the bar (:class:`Bar`) and :func:`verdict`, which judges every request type, not only the
   aggregate, from plain :class:`RequestStats`;
 - every ``TWEEPY_BENCH_*``, ``TWEEPY_BAR_*`` and ``TWEEPY_SEED_USERS`` setting, declared once in
-  :data:`SETTINGS` with its default and what it does, in the style of ``tweepy/config.py``.
+  :data:`SETTINGS` with its default and what it does, as ``tweepy/config.py``'s ``Setting``.
 - :func:`csrf_token_of`, how a page's form token is read, as the locustfile and ``make mix`` submit it.
 """
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tweepy import config as app_config
+from tweepy.config import Setting
 
 # tweepy/cli.py seeds every user with this password too (its own SEED_PASSWORD): keep them equal.
 SEED_PASSWORD = "tweepy123"
@@ -68,14 +69,6 @@ TASK_ENDS = frozenset(t.requests[-1] for t in TASKS) | {ON_START[-1]}
 
 
 # --- Settings -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: Any
-    help: str
-    minimum: float | None = None  # numbers only: smaller values are refused
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -147,18 +140,7 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """A declared setting's value from the environment, of its default's type, checked."""
     declared = _BY_NAME[name]
     raw = (os.environ if environ is None else environ).get(name, "").strip()
-    if not raw:
-        return declared.default
-    kind = type(declared.default)
-    if kind is str:
-        return raw
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a {kind.__name__}") from None
-    if declared.minimum is not None and not value >= declared.minimum:  # also refuses NaN
-        raise ValueError(f"{name}={raw!r} must be at least {declared.minimum:g}")
-    return value
+    return declared.parse(raw) if raw else declared.default
 
 
 def numbers(text: str) -> tuple[int, ...]:

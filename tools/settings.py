@@ -1,11 +1,12 @@
-"""Every ``TWEEPY_*`` variable, from the modules that declare them, as the README's table.
+"""Every setting of the project, gathered from the modules that declare them, as one table.
 
     python -m tools.settings            print the table
     python -m tools.settings --write    put it in README.md, between the settings markers
 
-Each module declares its settings once, as ``Setting(name, default, help)``;
-this only gathers them. A test checks that every ``TWEEPY_*`` name the
-project mentions is declared here, and that the README shows this table.
+Each module declares its settings once, as ``tweepy.config.Setting(name, default, help)``;
+this gathers them (``every_setting``) for the code that reads across groups (``compare``, the
+bench's ``--set``), for the README's table and for the tests, which check that every
+``TWEEPY_*`` name the project mentions is declared here, once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from tweepy.config import Setting
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 START, END = "<!-- settings:start -->", "<!-- settings:end -->"
@@ -22,27 +25,33 @@ START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 # Who reads each group of settings: (heading, module, attribute).
 DECLARED_IN = (
     ("The app", "tweepy.config", "SETTINGS"),
-    ("How a stage is served (the stage runner)", "tools.stages", "SERVING_SETTINGS"),
+    ("How a stage is served (the stage runner)", "tools.stages.model", "SERVING_SETTINGS"),
     ("The benchmark and the load generator", "tools.protocol", "SETTINGS"),
     ("The tests", "tests.helpers.services", "SETTINGS"),
 )
 
 
-def variable(setting) -> str:
-    """The environment variable of a setting (the app's are declared without their TWEEPY_ prefix)."""
-    return setting.name if setting.name.startswith(("TWEEPY_", "LOCUST_")) else f"TWEEPY_{setting.name}"
+def groups() -> list[tuple[str, str, tuple[Setting, ...]]]:
+    """Each group of settings: who reads it, the module declaring it, and its settings."""
+    return [
+        (heading, module, getattr(importlib.import_module(module), attribute))
+        for heading, module, attribute in DECLARED_IN
+    ]
 
 
-def groups() -> list[tuple[str, str, tuple]]:
-    sys.path.insert(0, str(ROOT))
-    found = []
-    for heading, module, attribute in DECLARED_IN:
-        found.append((heading, module, getattr(importlib.import_module(module), attribute)))
+def every_setting() -> dict[str, Setting]:
+    """Every setting by its environment variable; a variable declared twice is refused."""
+    found: dict[str, Setting] = {}
+    for _, module, settings in groups():
+        for setting in settings:
+            if setting.variable in found:
+                raise ValueError(f"{setting.variable} is declared twice (again in {module})")
+            found[setting.variable] = setting
     return found
 
 
 def all_names() -> set[str]:
-    return {variable(setting) for _, _, settings in groups() for setting in settings}
+    return set(every_setting())
 
 
 def table() -> str:
@@ -58,7 +67,7 @@ def table() -> str:
         ]
         for setting in settings:
             default = f"`{setting.default}`" if setting.default != "" else "(see right)"
-            lines.append(f"| `{variable(setting)}` | {default} | {setting.help} |")
+            lines.append(f"| `{setting.variable}` | {default} | {setting.help} |")
     return "\n".join(lines).strip() + "\n"
 
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tools import stages
-from tools.bench import measure
+from tools.bench import machine, serving
 from tools.bench.plan import make_plan
 from tools.bench.procfs import memory_mb, process_tree
 from tools.profile import locust_figures
@@ -44,12 +44,12 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
     plan = make_plan([stage_number], quick=False, environ=os.environ)
     stage = stages.get_stage(stage_number)
     out.mkdir(parents=True, exist_ok=True)
-    env = measure.bench_data_environment(plan, "soak")
+    env = serving.bench_data_environment(plan, "soak")
     rate = 4.0  # first logins a second: well within what the machine hashes
     ramp = users / rate
     samples = []
-    commit = measure.git_commit()  # what the servers load now, whatever the tree holds when the run ends
-    with stages.start(stage, port=stages.free_port(), var=measure.WORK / "soak-var", env=env) as running:
+    commit = machine.git_commit()  # what the servers load now, whatever the tree holds when the run ends
+    with stages.start(stage, port=stages.free_port(), var=serving.WORK / "soak-var", env=env) as running:
         roots = [process.pid for _, process in running.children]
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),
@@ -57,7 +57,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
             "--csv", str(out / "locust"), "--only-summary", "--loglevel", "WARNING",
         ]  # fmt: skip
         locust_env = {**os.environ, "TWEEPY_SEED_USERS": str(plan.users)}
-        measure.say(f"stage {stage_number}: {users} users for {minutes:g} minutes after a {ramp:.0f} s ramp")
+        machine.say(f"stage {stage_number}: {users} users for {minutes:g} minutes after a {ramp:.0f} s ramp")
         started = time.monotonic()
         with open(out / "locust.log", "wb") as log:
             locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
@@ -65,7 +65,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
                 elapsed = time.monotonic() - started
                 samples.append({"s": round(elapsed), "mib": round(memory_mb(process_tree(roots)), 1)})
                 if len(samples) % 6 == 1:
-                    measure.say(f"  {elapsed:4.0f} s: server memory {samples[-1]['mib']} MiB")
+                    machine.say(f"  {elapsed:4.0f} s: server memory {samples[-1]['mib']} MiB")
                 time.sleep(every)
     figures = locust_figures(out / "locust")
     steady = [s for s in samples if s["s"] >= ramp]
@@ -89,7 +89,7 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
 
 
 def report(result: dict, stage: stages.Stage, plan) -> str:
-    m = measure.machine()
+    m = machine.machine()
     verdict = "within" if result["within_budget"] else "OVER"
     lines = [
         f"# Soak of stage {result['stage']} ({stage.name})",
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-stage{args.stage}"
     result = soak(args.stage, args.users, args.minutes, args.every, out)
-    measure.say(
+    machine.say(
         f"stage {args.stage}: {result['failures']} failed of {result['requests']}; memory grew "
         f"{result['growth_mib']} MiB (budget {result['budget_mib']} MiB); {out}/SOAK.md"
     )

@@ -4,13 +4,14 @@ A setting is read from the environment variable of the same name with a
 ``TWEEPY_`` prefix (``DATABASE_URL`` from ``TWEEPY_DATABASE_URL``);
 ``create_app(overrides)`` wins over both. How a stage is served (which server,
 how many processes, gevent) is not the app's business: those settings belong
-to the stage runner, ``tools/stages.py``. The README lists both.
+to the stage runner, ``tools/stages/``. The README lists both.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,40 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Setting:
-    name: str
+    """A setting of the project, whoever reads it (the app, the stage runner, the bench, the tests):
+    ``tools/settings.py`` gathers every declaration into the README's table."""
+
+    name: str  # the app's and the runner's without their TWEEPY_ prefix; the others their whole variable
     default: Any
     help: str
+    minimum: float | None = None  # numbers only: smaller values are refused
+
+    @property
+    def variable(self) -> str:
+        """The environment variable it is read from."""
+        return self.name if self.name.startswith(("TWEEPY_", "LOCUST_")) else f"TWEEPY_{self.name}"
+
+    def parse(self, raw: str) -> Any:
+        """Its value from a text, of its default's type, checked against its minimum."""
+        if isinstance(self.default, bool):
+            try:
+                return _BOOLEAN_WORDS[raw.strip().lower()]
+            except KeyError:
+                raise ValueError(f"{self.variable}={raw!r} is not a boolean") from None
+        if not isinstance(self.default, (int, float)):
+            return raw
+        try:
+            value = type(self.default)(raw)
+        except ValueError:
+            raise ValueError(f"{self.variable}={raw!r} is not a number") from None
+        if self.minimum is not None and not value >= self.minimum:  # also refuses NaN
+            raise ValueError(f"{self.variable}={raw!r} must be at least {self.minimum:g}")
+        return value
+
+    def read(self, environ: Mapping[str, str] | None = None) -> Any:
+        """Its value from the environment: its variable's, or its default when that is unset."""
+        raw = (os.environ if environ is None else environ).get(self.variable)
+        return self.default if raw is None else self.parse(raw)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -143,21 +175,6 @@ _BOOLEAN_WORDS = {
 }
 
 
-def parse(setting: Setting, raw: str) -> Any:
-    """A setting's value from its text, of its default's type."""
-    if isinstance(setting.default, bool):
-        try:
-            return _BOOLEAN_WORDS[raw.strip().lower()]
-        except KeyError:
-            raise ValueError(f"TWEEPY_{setting.name}={raw!r} is not a boolean") from None
-    if isinstance(setting.default, (int, float)):
-        try:
-            return type(setting.default)(raw)
-        except ValueError:
-            raise ValueError(f"TWEEPY_{setting.name}={raw!r} is not a number") from None
-    return raw
-
-
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 
 
@@ -165,9 +182,7 @@ def read(name: str, overrides: dict[str, Any] | None = None) -> Any:
     """One setting: the override, else its ``TWEEPY_*`` variable, else its default."""
     if overrides and name in overrides:
         return overrides[name]
-    setting = BY_NAME[name]
-    raw = os.environ.get(f"TWEEPY_{name}")
-    return setting.default if raw is None else parse(setting, raw)
+    return BY_NAME[name].read()
 
 
 def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -7,14 +7,11 @@ template's source, the profiles prefix, the whole row) and is never invalidated:
 holds the page's CSRF token and where to go next: it is kept with two holes instead (``CSRF_HOLE``,
 ``NEXT_HOLE``), filled in once per page. Holes are written with ``<``, which never reaches a fragment
 from a row (the macro escapes the text; names and dates have no ``<``), so nothing else is filled in.
-
-A page then joins strings it already has; the joined list, and the whole first page of a timeline
+A page joins strings it already has; the joined list, and a timeline's whole first page
 (``kept_page``), are kept too while their rows are the very tuple the read cache holds.
 
-Nothing a fragment shows may depend on other rows: a mention ("@bob") links to bob's profile
-whenever "bob" is a name someone could register, whether or not anyone has (a profile of nobody
-is a 404). A time is kept exact, in UTC, and made relative ("3 min") in the browser by
-``static/tweepy.js``.
+Nothing shown may depend on other rows: "@bob" links to bob's profile whenever "bob" could be
+registered (nobody's profile is a 404); a time is exact, in UTC, made relative by ``static/tweepy.js``.
 """
 
 from __future__ import annotations

@@ -8,11 +8,10 @@ account as a whole (a limit far above what a person types, which only slows gues
 counted before its hash and taken back when it succeeds or is refused, so concurrent guesses get at
 most a limit's worth of hashes. A registration counts before the form says a name is taken.
 
-The counts are rows of ``throttle_events`` (written by ``writes.py``), seen by every process and node;
-with ``THROTTLE_IN_REDIS`` they are sorted sets in the Redis of ``CACHE_URL`` (``RedisCounts``), and
-in the database while that Redis cannot be reached. Addresses in ``UNTHROTTLED_ADDRESSES`` (a load
-generator) are neither counted nor refused per address. Posting, following and unfollowing have
-per-account limits a minute, counted in each process's memory (``WriteRates``).
+The counts are rows of ``throttle_events`` (written by ``writes.py``), seen by every process and node,
+or with ``THROTTLE_IN_REDIS`` sorted sets in the Redis of ``CACHE_URL`` (``RedisCounts``), falling back
+to the database while it cannot be reached. ``UNTHROTTLED_ADDRESSES`` (a load generator) are never
+counted nor refused per address. Writes have per-account limits a minute, in each process (``WriteRates``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ can never turn into a green run that tested nothing.
 
 from __future__ import annotations
 
-import os
 from functools import cache
 
 import pytest
@@ -18,24 +17,23 @@ from sqlalchemy.engine import make_url
 
 from tweepy.config import Setting
 
-SETTINGS = (
-    Setting(
-        "TEST_POSTGRES_URL",
-        "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-        "The PostgreSQL tests create (and drop) databases of their own from this one",
-    ),
-    Setting("TEST_REDIS_URL", "redis://127.0.0.1:6379/0", "The Redis the tests use"),
-    Setting(
-        "REQUIRE_SERVICES", "0", "1: a test whose PostgreSQL or Redis is unreachable fails instead of skipping (CI)"
-    ),
+TEST_POSTGRES_URL = Setting(
+    "TEST_POSTGRES_URL",
+    "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+    "The PostgreSQL tests create (and drop) databases of their own from this one",
 )
-POSTGRES_URL = os.environ.get("TWEEPY_TEST_POSTGRES_URL", SETTINGS[0].default)
-REDIS_URL = os.environ.get("TWEEPY_TEST_REDIS_URL", SETTINGS[1].default)
+TEST_REDIS_URL = Setting("TEST_REDIS_URL", "redis://127.0.0.1:6379/0", "The Redis the tests use")
+REQUIRE_SERVICES = Setting(
+    "REQUIRE_SERVICES", "0", "1: a test whose PostgreSQL or Redis is unreachable fails instead of skipping (CI)"
+)
+SETTINGS = (TEST_POSTGRES_URL, TEST_REDIS_URL, REQUIRE_SERVICES)
+POSTGRES_URL = TEST_POSTGRES_URL.read()
+REDIS_URL = TEST_REDIS_URL.read()
 CONNECT_TIMEOUT_S = 3
 
 
 def services_required() -> bool:
-    return os.environ.get("TWEEPY_REQUIRE_SERVICES", "0") not in ("", "0")
+    return REQUIRE_SERVICES.read() not in ("", "0")
 
 
 def _unreachable(service: str, url: str, problem: str):

@@ -1,45 +1,17 @@
 """``make bench``: every stage measured with the locust protocol, then a table and a chart.
 
     python -m tools.bench                      all stages, full size (10,000 users, 1,000,000 tweets)
-    python -m tools.bench --stages "4 5 6"     some stages
+    python -m tools.bench --stages "4 5 6"     some stages, into results/<run>-stages-4-5-6/ only
     python -m tools.bench --quick              a smoke run: tiny data, one short step per stage
     python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
-    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run (make bench KEEP_FROM=)
-    python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER
-                                               a variant: the stages with some settings changed, into FOLDER only
+    python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run
+    python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER    a variant, into FOLDER only
 
-Settings, with their defaults and what each does, are declared in ``tools/protocol.py``
-(``SETTINGS``): TWEEPY_BENCH_USERS, _TWEETS, _FOLLOWS, _STEPS ("25 50 100"), _WINDOW, _WARMUP,
-_RAMP_LIMIT, _OVERLOAD, _OVERLOAD_MAX_USERS, _CEILING_USERS, the bar (TWEEPY_BAR_P95_MS,
-_FAILURES, _MIN_REQUESTS) and LOCUST_PROCESSES; TWEEPY_BCRYPT_LOG_ROUNDS (default 12) is the app's.
-
-Before the stages, the bcrypt bound: how many hashes a second the machine can do at the
-configured cost, and what protocol QPS that alone allows (3 of every 247 requests hash a
-password). For each stage (``measure.bench_stage``): a fresh copy of one seeded database, the
-stage started as ``make run`` would, the ceiling of its stack (the same load generator asking for
-``/healthz`` as fast as it can; a lower bound when the generator or the machine was the limit),
-then the capacity search of ``tools/bench_shape.py`` and its overload step. A stage that crashes,
-or a search cut short, is reported as such and makes the run exit with 1.
-
-Results go to ``results/<date>-<host>/`` (``results.json``, ``RESULTS.md``, ``chart.png``, raw
-locust CSVs under ``raw/``); ``results/LATEST.md``, the top-level README, ``stages/README.md`` and
-each stage's README show the newest. Quick runs write under ``var/bench/`` only.
-
-The load generator. The bench runs locust on this machine, beside the servers, and reports its
-host, processes and CPU share; ``LOCUST_PROCESSES=N`` runs N locust processes (``--processes``).
-To load a stage from several machines instead, run the protocol by hand, with the same settings
-and the repository checked out on every host (locust must be started from its root):
-
-    # on the server's machine: the stage, listening where the workers can reach it
-    make run STAGE=6            # binds 127.0.0.1: put a proxy in front, or run it on a private network
-    # on the master's machine (judges the bar from every worker's stats; --expect-workers waits for them)
-    TWEEPY_SEED_USERS=1000 locust -f locustfile.py --master --headless -H http://SERVER:8080 \\
-        -u 400 -r 5 --run-time 5m --expect-workers 4 --csv results/remote
-    # on each load machine, as many processes as it has cores
-    TWEEPY_SEED_USERS=1000 locust -f locustfile.py --worker --master-host MASTER --processes 4
-
-``locust -f locustfile.py,tools/bench_shape.py --master ...`` runs the capacity search that way
-too (with ``TWEEPY_BENCH_SERVER_PIDS`` empty, no server CPU or memory is measured).
+First the bcrypt bound (``machine.bcrypt_bound``), then each stage (``measure.bench_stage``) on a
+fresh copy of one seeded database: its stack ceiling, its capacity search and overload step. A
+crashed stage or a search cut short is reported as such and the run exits with 1. Results go to
+``results/<date>-<host>/``; only a run that measured every stage publishes (``report``). Settings
+are declared in ``tools/protocol.py``; loading from other machines is in the README.
 """
 
 from __future__ import annotations
@@ -54,20 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tools import stages
-from tools.bench.measure import (
-    ROOT,
-    WORK,
-    bcrypt_bound,
-    bench_stage,
-    crashed_stage,
-    generator,
-    git_commit,
-    machine,
-    say,
-    seeded_master,
-)
+from tools.bench.machine import ROOT, bcrypt_bound, generator, git_commit, machine, say
+from tools.bench.measure import bench_stage, crashed_stage
 from tools.bench.plan import make_plan
-from tools.bench.report import RESULTS, in_ladder_order, write_reports
+from tools.bench.report import write_reports
+from tools.bench.runs import RESULTS, in_ladder_order
+from tools.bench.serving import WORK, seeded_master
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -85,7 +49,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--report",
         type=Path,
         metavar="FOLDER",
-        help="only redo the table and chart from FOLDER/results.json, and the READMEs if it is a published run",
+        help="only redo the table and chart from FOLDER/results.json, and the READMEs if it measured every stage",
     )
     parser.add_argument(
         "--set",
@@ -106,10 +70,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def published(plan: dict) -> bool:
-    """Whether a run (its plan as results.json keeps it) gives the ladder's figures: not a smoke run,
-    nor one made into a folder of its own."""
-    return not plan.get("quick") and not plan.get("out")
+def results_folder(plan, now: datetime) -> Path:
+    """A run's own folder under results/, named for its stages when it left some out."""
+    every = {s.number for s in stages.all_stages()}
+    some = "" if set(plan.stages) >= every else "-stages-" + "-".join(map(str, plan.stages))
+    return RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}{some}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         folder = args.report.resolve()
         report = json.loads((folder / "results.json").read_text())
-        write_reports(report, folder, publish_it=folder.is_relative_to(RESULTS) and published(report["plan"]))
+        write_reports(report, folder)
         return 0
 
     numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
@@ -127,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = args.keep_from.resolve()
         plan.kept_from = str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept)
     now = datetime.now(UTC)
-    folder = args.out or (WORK / "quick" if args.quick else RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}")
+    folder = args.out or (WORK / "quick" if args.quick else results_folder(plan, now))
     if args.out:
         out = args.out.resolve()
         plan.out = str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out)
@@ -173,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
     incomplete = [f"{r['stage']} {r['name']}" for r in report["stages"] if r["search"]["state"] != "complete"]
-    write_reports(report, folder, publish_it=published(report["plan"]))
+    if not write_reports(report, folder):
+        say("a partial run, a smoke run or a variant: results/LATEST.md and the READMEs are left as they were")
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     if incomplete:
         say(f"done, but the search of stage(s) {incomplete} did not run to its end: {shown}/RESULTS.md")

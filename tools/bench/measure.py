@@ -1,25 +1,18 @@
-"""What a bench run measures: the bcrypt bound, a seeded database per size, and for each stage
-its stack ceiling and its capacity search (``tools/bench_shape.py`` inside locust). Also where it
-ran: the machine, the load generator and the commit."""
+"""What a bench run measures on each stage: the ceiling of its stack, its capacity search
+(``capacity_shape`` inside locust) with the overload step, and, started afresh, its cold
+start and herd (``cold_shape``)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv as csv_module
 import json
-import multiprocessing
 import os
-import platform
-import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
-from tools import netdelay, services, stages
-from tools.bench.figures import protocol_qps_bound
+from tools import services, stages
+from tools.bench.machine import ROOT, say
 from tools.bench.plan import (
     Plan,
     cold_environment,
@@ -30,142 +23,10 @@ from tools.bench.plan import (
     spawn_rate,
 )
 from tools.bench.procfs import cpu_seconds, process_tree
-from tools.protocol import SEED_PASSWORD
-from tweepy import passwords
+from tools.bench.serving import served
 
-ROOT = stages.ROOT
-WORK = stages.VAR / "bench"
 # The generator is the ceiling's bottleneck when its processes are this busy, or the whole machine is.
 BUSY = 0.9
-# Where PostgreSQL and Redis listen when their URL does not say.
-PORTS = {"postgresql": 5432, "redis": 6379}
-
-
-def say(message: str) -> None:
-    print(f"==> {message}" if not message.startswith("  ") else message, flush=True)
-
-
-# --- where it runs ------------------------------------------------------------------------------
-
-
-def machine() -> dict:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    memory_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    return {
-        "host": socket.gethostname(),
-        "cpu": model,
-        "cores": len(os.sched_getaffinity(0)),
-        "memory_gib": round(memory_kb / 1024 / 1024, 1),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
-def generator(plan: Plan) -> dict:
-    """Where the load came from: the bench always runs locust here, beside the servers."""
-    return {"host": socket.gethostname(), "processes": plan.locust_processes, "same_machine_as_servers": True}
-
-
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    commit = done.stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return commit + ("+changes" if dirty.stdout.strip() else "")
-
-
-# --- the bcrypt bound ------------------------------------------------------------------------------
-
-
-def _hash_for(args: tuple[str, int, float]) -> tuple[int, float, float]:
-    """Hashes for ``seconds`` with one bcrypt library: how many, in how long, and the CPU time they took
-    (this process's own)."""
-    name, cost, seconds = args
-    make = passwords.LIBRARIES[name].hash
-    count, started, cpu = 0, time.monotonic(), time.process_time()
-    while time.monotonic() < started + seconds or count == 0:
-        make(SEED_PASSWORD, cost)
-        count += 1
-    return count, time.monotonic() - started, time.process_time() - cpu
-
-
-def _probe(pool, name: str, cost: int, seconds: float, cores: int) -> dict:
-    loops = pool.map(_hash_for, [(name, cost, seconds)] * cores)
-    per_second = sum(count / wall for count, wall, _ in loops)
-    return {
-        "hashes_per_s": round(per_second, 2),
-        "cpu_ms_per_hash": round(1000 * sum(cpu for _, _, cpu in loops) / sum(count for count, _, _ in loops), 1),
-    }
-
-
-def bcrypt_bound(cost: int, seconds: float) -> dict:
-    """Hashes a second with every core hashing, the CPU time of one, and the protocol QPS that allows.
-
-    pyca's figures are the run's bound; each bcrypt library this machine has is probed too
-    (``libraries``), so a stage is measured against the library it hashes with. Each worker times
-    its own hashing loop, so starting the pool (a process per core) is not counted."""
-    cores = len(os.sched_getaffinity(0))
-    names = [name for name, library in passwords.LIBRARIES.items() if passwords.makes_pycas_hashes(library)]
-    with multiprocessing.Pool(cores) as pool:
-        libraries = {name: _probe(pool, name, cost, seconds, cores) for name in names}
-    return {
-        "cost": cost,
-        "cores": cores,
-        **libraries["pyca"],
-        "protocol_qps_bound": round(protocol_qps_bound(libraries["pyca"]["hashes_per_s"]), 1),
-        "libraries": libraries,
-    }
-
-
-# --- the database -------------------------------------------------------------------------------------
-
-
-def seeded_master(plan: Plan) -> Path:
-    """One seeded database per size, made once and copied for every stage."""
-    schema = stages.schema_head()
-    master = WORK / f"seed-u{plan.users}-t{plan.tweets}-f{plan.follows}-c{plan.bcrypt_cost}-r{schema}.sqlite3"
-    if master.exists():
-        return master
-    WORK.mkdir(parents=True, exist_ok=True)
-    making = master.with_suffix(".making")
-    making.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "TWEEPY_DATABASE_URL": f"sqlite:///{making}",
-        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-    }
-    flask = [str(stages.BIN / "flask"), "--app", "tweepy"]
-    say(f"seeding {plan.users} users, {plan.tweets} tweets, {plan.follows} follows each into {master.name}")
-    subprocess.run([*flask, "db", "upgrade"], env=env, cwd=ROOT, check=True, capture_output=True)
-    sizes = ["--users", str(plan.users), "--tweets", str(plan.tweets), "--follows", str(plan.follows)]
-    subprocess.run([*flask, "seed", *sizes], env=env, cwd=ROOT, check=True)
-    making.rename(master)
-    return master
-
-
-def bench_data_environment(plan: Plan, name: str) -> dict[str, str]:
-    """A stage's environment on a fresh copy of the bench's seeded database (``name``.sqlite3)."""
-    database = fresh_copy(seeded_master(plan), WORK / f"{name}.sqlite3")
-    return {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
-        "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
-        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        # The load generator plays thousands of people from one address: neither counted nor refused by address.
-        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
-    }
-
-
-def fresh_copy(master: Path, target: Path) -> Path:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{target}{suffix}").unlink(missing_ok=True)
-    shutil.copyfile(master, target)
-    return target
 
 
 # --- the stack ceiling ------------------------------------------------------------------------------
@@ -196,7 +57,8 @@ def ceiling_verdict(rps: float, generator_cores: float, server_cores: float, pro
 
 def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
     csv = raw / f"stage{running.stage.slug}-ceiling"
-    command = locust_command(plan, "tools/ceiling_locustfile.py", running.url, csv, plan.ceiling_users, plan.ceiling_s)
+    files = "tools/bench/ceiling_locustfile.py"
+    command = locust_command(plan, files, running.url, csv, plan.ceiling_users, plan.ceiling_s)
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # CPU shares are sampled inside the run, past locust's start-up (imports, spawning users).
@@ -260,7 +122,7 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict
     env = {**os.environ, **shape_environment(plan, out, servers, rate)}
     env["TWEEPY_BENCH_TIERS"] = " ".join(f"{name}={','.join(map(str, pids))}" for name, pids in tiers.items())
     limit = search_time_limit(plan)
-    files = "locustfile.py,tools/bench_shape.py"
+    files = "locustfile.py,tools/bench/capacity_shape.py"
     command = locust_command(plan, files, running.url, raw / f"stage{slug}", None, limit)
     log_path = raw / f"stage{slug}-locust.log"
     with open(log_path, "wb") as log:
@@ -380,44 +242,6 @@ def progress_line(label: str, out: Path) -> str | None:
 # --- one stage -------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def served(plan: Plan, stage: stages.Stage, master: Path):
-    """The stage started afresh, as ``make run`` would, on a fresh copy of the bench's data and empty
-    caches: yields its ``Running`` and, with ``TWEEPY_BENCH_NETWORK_DELAY_MS``, its relays' figures."""
-    seed = None
-    if stage.app_setting("DATABASE_URL").startswith("postgresql"):
-        # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
-        database_url = services.recreate_database(
-            stage.app_setting("DATABASE_URL"), "tweepy_bench", WORK / "instance" / "pgpass"
-        )
-        seed = ["--users", str(plan.users), "--tweets", str(plan.tweets), "--follows", str(plan.follows)]
-    else:
-        database_url = f"sqlite:///{fresh_copy(master, WORK / 'bench.sqlite3')}"
-    env = {
-        "TWEEPY_DATABASE_URL": database_url,
-        "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
-        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        # The load generator plays thousands of people from one address: neither counted nor refused by address.
-        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
-        # A fresh database gets fresh keys in a shared Redis (stages caching there).
-        "TWEEPY_CACHE_KEY_PREFIX": f"tweepy-bench-{time.time_ns()}:",
-    }
-    var = WORK / f"stage{stage.slug}"
-    shutil.rmtree(var, ignore_errors=True)
-    with contextlib.ExitStack() as relays:
-        network = None
-        if plan.network_delay_ms and networked_servers(stage, env):
-            # Seeded directly (COPY through a relay would only be slower), then served through the relays.
-            stages.prepare_database(stage, stages.stage_env(stage, 0, env), seed)
-            seed, network = None, delay_relays(plan.network_delay_ms, stage, env, relays)
-            trip = network["round_trip_ms"]
-            say(f"  stage {stage.label}: PostgreSQL and Redis through relays, {trip} ms a round trip")
-        running = relays.enter_context(stages.start(stage, port=stages.free_port(), var=var, env=env, seed=seed))
-        yield running, network
-        if network:
-            network["relay_cpu_s"] = round(cpu_seconds(network.pop("pids")), 1)
-
-
 def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound: dict) -> dict:
     label = stage.label
     say(f"stage {label}: fresh database, starting the servers")
@@ -466,29 +290,6 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
             f"max {o['max_ms']} ms"
         )
     return result
-
-
-def networked_servers(stage: stages.Stage, env: dict) -> dict[str, str]:
-    """The stage's database and cache URLs, by the variables that set them, where they are servers it
-    reaches over the network (PostgreSQL, Redis), not files."""
-    servers = {"TWEEPY_DATABASE_URL": env.get("TWEEPY_DATABASE_URL") or stage.app_setting("DATABASE_URL")}
-    if stage.app_setting("CACHE") == "redis" or stage.app_value("THROTTLE_IN_REDIS"):
-        servers["TWEEPY_CACHE_URL"] = env.get("TWEEPY_CACHE_URL") or stage.app_setting("CACHE_URL")
-    return {name: url for name, url in servers.items() if url.startswith(tuple(PORTS))}
-
-
-def delay_relays(delay_ms: float, stage: stages.Stage, env: dict, relays: contextlib.ExitStack) -> dict:
-    """Relays delaying PostgreSQL and Redis by ``delay_ms`` each way; ``env`` is pointed at them."""
-    pids, round_trip = [], None
-    for name, text in networked_servers(stage, env).items():
-        url, port = make_url(text), stages.free_port()
-        backend = url.get_backend_name()
-        target = (url.host or "127.0.0.1", url.port or PORTS[backend])
-        pids.append(relays.enter_context(netdelay.relay(*target, delay_ms, port)).pid)
-        env[name] = url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
-        if backend == "redis":
-            round_trip = round(netdelay.round_trip_ms(port), 2)
-    return {"delay_ms_each_way": delay_ms, "round_trip_ms": round_trip, "pids": pids}
 
 
 def identity(stage: stages.Stage) -> dict:

@@ -1,35 +1,15 @@
 """The capacity search of ``make bench``, loaded beside the protocol:
 
-    locust -f locustfile.py,tools/bench_shape.py --headless -H URL
+    locust -f locustfile.py,tools/bench/capacity_shape.py --headless -H URL
 
-A locust load shape that steps the number of users up (``TWEEPY_BENCH_STEPS``)
-and, at each step:
-
-1. ramps the new users up at ``TWEEPY_BENCH_SPAWN_RATE`` users a second (a
-   rate the machine can hash their first logins at), and waits until every
-   user has logged in once (the protocol names that first login
-   ``POST / [first login]``), at most ``TWEEPY_BENCH_RAMP_LIMIT`` seconds;
-2. judges what users did during the ramp (and the first step's warm-up) with
-   the bar, first logins included: a ramp that misses the bar, or cannot
-   finish in its limit, misses the step;
-3. resets the statistics and measures a window of ``TWEEPY_BENCH_WINDOW``
-   seconds of the steady protocol, judged with the same bar, request type by
-   request type;
-4. records the step (throughput, latency of each request type, failures,
-   hashes counted from its own logins and registrations, server CPU per
-   request and, where hashing has threads of its own, their share of it, the
-   load generator's own CPU, peak server memory) in
-   ``TWEEPY_BENCH_OUT``, and stops searching at the first step that misses.
-
-Then one overload step (``TWEEPY_BENCH_OVERLOAD`` times the best step's users,
-at most ``TWEEPY_BENCH_OVERLOAD_MAX_USERS``) is measured the same way, even if
-its ramp cannot finish, to show whether the server keeps its goodput past
-capacity or collapses. ``TWEEPY_BENCH_OUT`` says ``"state": "done"`` only when
-all of this ran: anything else means the search was cut short.
-
-The server's processes are found from ``TWEEPY_BENCH_SERVER_PIDS`` (their
-children included, so uWSGI workers and nginx workers count). Every setting is
-declared in ``tools/protocol.py``.
+A locust load shape that steps the users up (``TWEEPY_BENCH_STEPS``). At each step it ramps the
+new users up at ``TWEEPY_BENCH_SPAWN_RATE`` and waits until each has logged in once, at most
+``TWEEPY_BENCH_RAMP_LIMIT`` s; judges the ramp with the bar, first logins included; then measures
+a window of ``TWEEPY_BENCH_WINDOW`` s, judged request type by request type, and records it in
+``TWEEPY_BENCH_OUT``. It stops at the first step that misses, then measures one overload step
+(``TWEEPY_BENCH_OVERLOAD`` times the best step's users) the same way. The output says
+``"state": "done"`` only when all of this ran. Server CPU and memory are those of
+``TWEEPY_BENCH_SERVER_PIDS`` and their children. Settings are declared in ``tools/protocol.py``.
 """
 
 from __future__ import annotations
