@@ -38,7 +38,7 @@ from werkzeug import Request
 
 from tools import stages
 from tools.bench.procfs import minor_faults
-from tools.stages import APP_SERVER_ENV
+from tools.stages import APP_SERVER_ENV, servers
 from tweepy.forms import TWEET_LENGTH
 from tweepy.paging import LARGEST_ID, LARGEST_PAGE
 
@@ -543,7 +543,7 @@ def test_nginxs_gateway_timeout_page_carries_the_protective_headers(tmp_path):
     assert "uwsgi_read_timeout 60s;" in text
     conf.write_text(text.replace("uwsgi_read_timeout 60s;", "uwsgi_read_timeout 1s;"))
     nginx = subprocess.Popen(
-        [stages.nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
+        [servers.nginx_binary(), "-p", str(conf.parent), "-e", str(conf.parent / "error.log"), "-c", str(conf)]
     )
     try:
         deadline = time.monotonic() + 10

@@ -106,7 +106,7 @@ def test_flask_explain_shows_the_scan_before_the_index_migration_and_the_index_a
     assert runner.invoke(args=["seed", "--users", "50", "--tweets", "2000", "--follows", "5"]).exit_code == 0
     at_head = runner.invoke(args=["explain", "--user", "3"])
     assert at_head.exit_code == 0, at_head.output
-    assert "schema at 0004" in at_head.output
+    assert "schema at 0005" in at_head.output
     assert "a timeline's first page: timeline_of(3,), 1 statement(s)" in at_head.output
     assert "USING INDEX ix_tweets_author_id_id" in at_head.output and "SCAN tweets" not in at_head.output
     with app.app_context():
