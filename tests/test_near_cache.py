@@ -33,7 +33,7 @@ A, B = 0, 1
 NEAR = {"CACHE": "redis", "CACHE_NEAR": True, "TIMELINE_FROM_CACHED_PAGES": True, "FRAGMENT_CACHE": True}
 # Long enough that only the writer's session, never the periodic sync, can explain a fresh page.
 NEVER = 600.0
-BOUND_S = 0.4
+BOUND_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,38 @@ def test_a_follower_on_the_other_node_sees_a_tweet_within_the_bound_and_not_befo
     time.sleep(max(0.0, written_at + BOUND_S - time.monotonic()))
     assert tweet_texts(bob.get("/tweets/")) == ["hello followers"]
     assert tweet_texts(bob.get("/users/alice/")) == ["hello followers"]
+
+
+# --- who is logged in ---------------------------------------------------------------------
+
+
+def stolen_cookie_after_a_log_out(apps):
+    """alice logs in, her cookie is copied on B, and she logs out on A: a client on B with the copy."""
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    assert warm(alice.on(B), "/tweets/").status_code == 200
+    stolen = alice.on(B).client.get_cookie("session").value
+    assert alice.on(A).post("/logout/").status_code == 303
+    thief = apps[B].test_client()
+    thief.set_cookie("session", stolen)
+    return thief
+
+
+def test_a_log_out_ends_every_copy_of_the_cookie_at_once_on_the_other_node(two_nodes):
+    apps = two_nodes()
+    assert not any(key.startswith("session:") for key in near(apps[B]).entries), "sessions are not kept near"
+    assert stolen_cookie_after_a_log_out(apps).get("/tweets/").status_code == 302
+
+
+def test_with_sessions_kept_near_a_log_out_ends_other_copies_within_the_bound(two_nodes):
+    apps = two_nodes(CACHE_SYNC_INTERVAL=BOUND_S, CACHE_NEAR_SESSIONS=True)
+    time.sleep(BOUND_S)
+    thief = stolen_cookie_after_a_log_out(apps)
+    logged_out_at = time.monotonic()
+    assert any(key.startswith("session:") for key in near(apps[B]).entries)
+    assert thief.get("/tweets/").status_code == 200, "the bound is real: B still knows the session"
+    time.sleep(max(0.0, logged_out_at + BOUND_S - time.monotonic()))
+    assert thief.get("/tweets/").status_code == 302
 
 
 # --- what a read costs in round trips to Redis ------------------------------------------

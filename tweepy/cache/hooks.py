@@ -34,7 +34,13 @@ def backend_for(config) -> ReadCache:
             log_replayed=config["CACHE_NEAR"],
         )
         if config["CACHE_NEAR"]:
-            return NearCache(shared, config["CACHE_BYTES"], config["CACHE_TTL"], config["CACHE_SYNC_INTERVAL"])
+            return NearCache(
+                shared,
+                config["CACHE_BYTES"],
+                config["CACHE_TTL"],
+                config["CACHE_SYNC_INTERVAL"],
+                sessions_near=config["CACHE_NEAR_SESSIONS"],
+            )
         return shared
     return NoCache()
 

@@ -25,9 +25,14 @@ EVICTIONS_REMEMBERED = 100_000
 class NearCache(LocalCache):
     """Entries kept in the process, fresh by the log; misses read through ``far``, shared by every node."""
 
-    def __init__(self, far: RedisCache, max_bytes: int, ttl: float, sync_interval: float) -> None:
+    def __init__(
+        self, far: RedisCache, max_bytes: int, ttl: float, sync_interval: float, sessions_near: bool = False
+    ) -> None:
         super().__init__(max_bytes, ttl, sync_interval)
         self.far = far
+        # Whether what must be seen at once everywhere (who is logged in) may be kept near, and so be
+        # seen within the staleness bound instead.
+        self.sessions_near = sessions_near
         # For each key, the log id of its last eviction here: a value from Redis stamped below it is older.
         self.evicted_by: dict[str, int] = {}
         # What a key missing from ``evicted_by`` may have been evicted by: nothing known before the first
@@ -60,6 +65,8 @@ class NearCache(LocalCache):
         return found
 
     def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        if self.sessions_near:
+            return self.get_or_compute(key, compute, keep)
         # Redis is evicted before the writer answers; its stamp guards against a delete it missed.
         return self.far.get_many_or_compute([key], lambda _: compute(), keep, *self._stamps([key]))[0]
 
