@@ -58,8 +58,8 @@ def load_user(cookie_id: str) -> CurrentUser | None:
     user_id, _, session_id = cookie_id.partition(".")
     if not (user_id.isdigit() and session_id):
         return None
-    # A log out must end every copy of the cookie at once: from the cache only where every
-    # process sees its eviction at once, else from the database.
+    # A log out ends every copy of the cookie at once: read from the cache only where every process
+    # sees its eviction at once, else from the database (within the bound with CACHE_NEAR_SESSIONS).
     found = queries.session_of.at_once(int(user_id), digest_of(session_id))
     config = current_app.config
     now = int(time.time())

@@ -275,7 +275,7 @@ class LocalCache:
                 alone = self.applied is not None and self.applied + 1 == first
                 held = [(patch, self.entries.get(patch.key)) for patch in patches] if alone else []
                 changed = [(patch.key, patch.change(entry)) for patch, entry in held if entry is not None]
-                self._evict(keys, state.committed_up_to)
+                self._evict(keys, [state.committed_up_to] * len(keys))
                 for key, value in changed:
                     if value is not None:
                         try:
@@ -312,7 +312,7 @@ class LocalCache:
                 # Ids commit in order (see forget), so whatever committed after `applied` is above it.
                 logged = db.session.execute(LOGGED_AFTER, {"applied": self.applied}).all()
                 if logged:
-                    self._evict((row.key for row in logged), logged[-1].id)
+                    self._evict([row.key for row in logged], [row.id for row in logged])
                     self.applied = logged[-1].id
             self.synced_at = now
 
@@ -325,8 +325,8 @@ class LocalCache:
         self.evictions += 1
         self.cleared_at = self.evictions
 
-    def _evict(self, keys: Iterable[str], up_to: int | None = None) -> None:
-        """Evict ``keys``, which writes logged up to id ``up_to`` (when known) made stale."""
+    def _evict(self, keys: Iterable[str], logged: Iterable[int] = ()) -> None:
+        """Evict ``keys``; ``logged`` gives, key by key, the log id of the write that made it stale (if known)."""
         self.evictions += 1
         for key in keys:
             self.entries.pop(key, None)

@@ -106,13 +106,13 @@ class NearCache(LocalCache):
         self.evicted_by.clear()
         self.floor = self.applied or 0
 
-    def _evict(self, keys: Iterable[str], up_to: int | None = None) -> None:
-        keys = list(keys)
-        super()._evict(keys, up_to)
-        # Not known: only the writes up to the last one replayed can have made it stale.
-        logged = up_to if up_to is not None else self.applied or 0
-        for key in keys:
-            self.evicted_by[key] = max(logged, self.evicted_by.get(key, 0))
+    def _evict(self, keys: Iterable[str], logged: Iterable[int] = ()) -> None:
+        keys, logged = list(keys), list(logged)
+        super()._evict(keys, logged)
+        # Where not known, only the writes up to the last one replayed can have made a key stale.
+        logged += [self.applied or 0] * (len(keys) - len(logged))
+        for key, log_id in zip(keys, logged, strict=True):
+            self.evicted_by[key] = max(log_id, self.evicted_by.get(key, 0))
         if len(self.evicted_by) > EVICTIONS_REMEMBERED:
             self.floor = max(self.floor, *self.evicted_by.values())
             self.evicted_by.clear()
