@@ -1,4 +1,4 @@
-"""What every cache backend promises, written once and run against each (LocalCache and RedisCache).
+"""What every cache backend promises, written once and run against each (LocalCache, RedisCache, NearCache).
 
 Two app objects on one database stand in for two processes (or two nodes), and one person's browser
 keeps one session cookie whichever of them serves each request. Every backend promises the writer
@@ -29,8 +29,10 @@ BACKENDS = {
     "local": {"CACHE": "local", "CACHE_WRITE_SIGNAL": False},
     "local-signal": {"CACHE": "local", "CACHE_WRITE_SIGNAL": True},
     "redis": {"CACHE": "redis"},
+    # Entries in each process in front of Redis, fresh by the log: like "local", only the writer at once.
+    "near": {"CACHE": "redis", "CACHE_NEAR": True},
 }
-EVERY_BACKEND = pytest.mark.parametrize("two_processes", ["local", "redis"], indirect=True)
+EVERY_BACKEND = pytest.mark.parametrize("two_processes", ["local", "redis", "near"], indirect=True)
 FRESH_EVERYWHERE = pytest.mark.parametrize("two_processes", ["local-signal", "redis"], indirect=True)
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,10 +21,9 @@ import time
 from datetime import datetime
 
 import pytest
-import redis
 from flask_migrate import upgrade
 from helpers.browser import sign_up
-from helpers.caches import cached_keys, drop_prefix, new_prefix, stored
+from helpers.caches import OwnRedis, cached_keys, drop_prefix, free_port, new_prefix, stored
 from helpers.invalidation import QUICK, InvalidationWorld
 from helpers.pages import tweet_texts
 from helpers.postgres import fresh_database
@@ -397,49 +394,6 @@ def test_the_same_schedule_leaves_a_stale_entry_with_a_naive_design(pg_app_with,
 # --- Redis going away ----------------------------------------------------------------
 
 OUTAGE_SYNC_S = 0.3
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class OwnRedis:
-    """A redis-server of this test's own, on a free port, without persistence, to stop and start again."""
-
-    def __init__(self, tmp_path) -> None:
-        if shutil.which("redis-server") is None:
-            redis_url()  # skips, or fails in CI, as for a Redis that does not answer
-            pytest.skip("no redis-server to start")
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.folder = tmp_path
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=self.folder,
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.2).ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(TIMEOUT_S)
-
-    def close(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.stop()
 
 
 @pytest.fixture

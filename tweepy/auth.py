@@ -22,7 +22,6 @@ from flask import Blueprint, current_app, flash, redirect, render_template, requ
 from flask_login import UserMixin, current_user, login_user, logout_user
 
 from . import devices, queries, site, throttle, writes
-from .cache import cache
 from .errors import Busy, Taken, TooMany
 from .extensions import login_manager
 from .forms import LoginForm, RegisterForm
@@ -59,10 +58,9 @@ def load_user(cookie_id: str) -> CurrentUser | None:
     user_id, _, session_id = cookie_id.partition(".")
     if not (user_id.isdigit() and session_id):
         return None
-    # A log out must end every copy of the cookie at once: from the cache only when every
-    # process sees its eviction at once, else from the database.
-    read = queries.session_of if cache().fresh_everywhere else queries.session_of.uncached
-    found = read(int(user_id), digest_of(session_id))
+    # A log out ends every copy of the cookie at once: read from the cache only where every process
+    # sees its eviction at once, else from the database (within the bound with CACHE_NEAR_SESSIONS).
+    found = queries.session_of.at_once(int(user_id), digest_of(session_id))
     config = current_app.config
     now = int(time.time())
     if found is None or now - found.started.replace(tzinfo=UTC).timestamp() > config["SESSION_LIFETIME_S"]:

@@ -144,6 +144,18 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "local, on SQLite: every process sees a committed write at its next request (a counter beside the database)",
     ),
+    Setting(
+        "CACHE_NEAR",
+        False,
+        "redis: keep entries in each process too, fresh by the invalidation log (others see a write within "
+        "CACHE_SYNC_INTERVAL)",
+    ),
+    Setting(
+        "CACHE_NEAR_SESSIONS",
+        False,
+        "With CACHE_NEAR: who is logged in is kept near too (a round trip less a request); a log out then ends "
+        "other copies of its cookie within CACHE_SYNC_INTERVAL, not at once",
+    ),
     Setting("CACHE_URL", "redis://127.0.0.1:6379/0", "The Redis of CACHE=redis (a password in it is never logged)"),
     Setting("CACHE_KEY_PREFIX", "tweepy:", "Starts every key CACHE=redis writes, so deployments can share one Redis"),
     Setting(
@@ -201,6 +213,10 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
         raise ValueError(f"TWEEPY_CACHE={config['CACHE']!r}: expected 'none', 'local' or 'redis'")
     if config["BCRYPT_LIBRARY"] not in ("pyca", "libxcrypt"):
         raise ValueError(f"TWEEPY_BCRYPT_LIBRARY={config['BCRYPT_LIBRARY']!r}: expected 'pyca' or 'libxcrypt'")
+    if config["CACHE_NEAR"] and config["CACHE"] != "redis":
+        raise ValueError("TWEEPY_CACHE_NEAR keeps a near copy of the Redis cache: it needs TWEEPY_CACHE=redis")
+    if config["CACHE_NEAR_SESSIONS"] and not config["CACHE_NEAR"]:
+        raise ValueError("TWEEPY_CACHE_NEAR_SESSIONS keeps sessions in the near cache: it needs TWEEPY_CACHE_NEAR")
     if config["TIMELINE_FROM_CACHED_PAGES"] and config["CACHE"] == "none":
         raise ValueError("TWEEPY_TIMELINE_FROM_CACHED_PAGES merges cached pages: it needs a TWEEPY_CACHE")
     return config

@@ -46,27 +46,41 @@ def possible_args(user_ids: list[int]) -> dict[str, list[tuple]]:
 
 
 class InvalidationWorld(RuleBasedStateMachine):
+    """The writes all come from one process, ``self.app``; ``processes`` are the ones whose caches are checked."""
+
     def __init__(self) -> None:
         super().__init__()
-        folder = Path(tempfile.mkdtemp(prefix="tweepy-invalidation-"))
-        self.app = create_app(
-            {
-                "DATABASE_URL": f"sqlite:///{folder / 'tweepy.sqlite3'}",
-                "INSTANCE_PATH": str(folder / "instance"),
-                "SECRET_KEY": "test-secret",
-                "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
-                "TESTING": True,
-                "CACHE": "local",
-                "CACHE_SYNC_INTERVAL": 3600.0,
-                "PAGE_SIZE": PAGE_SIZE,
-            }
-        )
+        self.folder = Path(tempfile.mkdtemp(prefix="tweepy-invalidation-"))
+        self.app = create_app(self.settings())
         self.context = self.app.app_context()
         self.context.push()
         upgrade()
         # What the profiles should count, by user id, as the writes below say; and who follows whom.
         self.counted: dict[int, Counter] = {}
         self.following: set[tuple[int, int]] = set()
+
+    def settings(self) -> dict:
+        return {
+            "DATABASE_URL": f"sqlite:///{self.folder / 'tweepy.sqlite3'}",
+            "INSTANCE_PATH": str(self.folder / "instance"),
+            "SECRET_KEY": "test-secret",
+            "BCRYPT_LOG_ROUNDS": FAST_BCRYPT,
+            "TESTING": True,
+            "CACHE": "local",
+            "CACHE_SYNC_INTERVAL": 3600.0,
+            "PAGE_SIZE": PAGE_SIZE,
+        }
+
+    def processes(self) -> list:
+        """The apps (processes) whose caches the invariant checks."""
+        return [self.app]
+
+    def kept(self, app):
+        """What a process's cache holds, by key."""
+        return app.extensions["tweepy_cache"].entries
+
+    def catch_up(self, app) -> None:
+        """What happens in a process before it serves a request once the staleness bound has passed."""
 
     def teardown(self) -> None:
         db.session.remove()
@@ -172,15 +186,21 @@ class InvalidationWorld(RuleBasedStateMachine):
 
     @invariant()
     def every_kept_entry_is_what_the_database_says_then_everything_is_read_again(self) -> None:
-        kept = self.app.extensions["tweepy_cache"].entries
-        for name, arguments in possible_args(self.user_ids()).items():
-            read = cache.READS[name]
-            for args in arguments:
-                key = read.key(*args)
-                if key in kept:
-                    fresh = read.uncached(*read.canonical(*args))
-                    assert kept[key] == fresh, f"{key} is stale: a write changed it without forgetting it"
-                read(*args)  # keep it for the next write to make stale
+        arguments_of = possible_args(self.user_ids())
+        for app in self.processes():
+            with app.app_context():
+                self.catch_up(app)
+                kept = self.kept(app)
+                for name, arguments in arguments_of.items():
+                    read = cache.READS[name]
+                    for args in arguments:
+                        key = read.key(*args)
+                        fresh = read.uncached(*read.canonical(*args))
+                        if key in kept:
+                            assert kept[key] == fresh, f"{key} is stale: a write changed it without forgetting it"
+                        # Kept for the next write to make stale; what is served must be fresh too.
+                        assert read(*args) == fresh, f"{key} is served stale"
+                db.session.remove()
         self.finish()
 
     @invariant()

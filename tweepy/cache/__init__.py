@@ -3,7 +3,8 @@
 A read in ``queries.py`` is cached with ``@memoized("name")``; a write in ``writes.py`` calls
 ``forget(read.key(...))`` (or ``patch``) inside its own transaction. ``CACHE`` chooses the backend:
 ``none`` (``NoCache``), ``local`` (``local.py``, with ``write_signal.py``) or ``redis``
-(``redis_cache.py``); ``hooks.py`` sets it up. Why no backend serves a stale entry: docs/caching.md.
+(``redis_cache.py``, with ``near.py`` in front of it under ``CACHE_NEAR``); ``hooks.py`` sets it up.
+Why no backend serves a stale entry: docs/caching.md.
 """
 
 from .backend import CacheKey, NoCache, ReadCache, RequestState, cache, request_state
@@ -11,6 +12,7 @@ from .codec import row_type
 from .hooks import SESSION_KEY, init_app
 from .keys import READS, CachedRead, forget, memoized, patch
 from .local import LocalCache, prune_log
+from .near import NearCache
 from .redis_cache import CLAIM_TTL_MS, RedisCache
 from .write_signal import WriteSignal
 
@@ -21,6 +23,7 @@ __all__ = [
     "CacheKey",
     "CachedRead",
     "LocalCache",
+    "NearCache",
     "NoCache",
     "ReadCache",
     "RedisCache",

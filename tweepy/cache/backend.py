@@ -36,6 +36,9 @@ class ReadCache(Protocol):
     ) -> list[Any]:
         """``get_or_compute`` for each key at once; the value of ``keys[i]`` is computed by ``compute(i)``."""
 
+    def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        """``get_or_compute``, from a copy that every process sees a write evict at once (else the database)."""
+
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``, kept under ``key`` for as long as ``inputs`` are the very values it was computed from."""
 
@@ -76,6 +79,9 @@ class RequestState:
     # count from now): a value computed from rows read before a later eviction
     # of its key may be stale, and is not stored.
     epoch: int | None = None
+    # The last log id replayed when the request's reads began: every write logged up to it committed
+    # before them, so what they compute shows it (a near cache stamps what it gives Redis with it).
+    stamp: int | None = None
     # Keys the open transaction has logged, and the first and last log ids it wrote.
     forgotten: list[str] = field(default_factory=list)
     forgotten_from: int | None = None
@@ -113,6 +119,9 @@ class NoCache:
         self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
     ) -> list[Any]:
         return [compute(i) for i in range(len(keys))]
+
+    def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        return compute()
 
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         return compute()

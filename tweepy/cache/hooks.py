@@ -11,6 +11,7 @@ from flask import Flask, g, session
 
 from .backend import NoCache, ReadCache
 from .local import LocalCache
+from .near import NearCache
 from .redis_cache import RedisCache
 from .write_signal import WriteSignal
 
@@ -24,13 +25,23 @@ def backend_for(config) -> ReadCache:
         signal = WriteSignal.beside(config["DATABASE_URL"]) if config["CACHE_WRITE_SIGNAL"] else None
         return LocalCache(config["CACHE_BYTES"], config["CACHE_TTL"], config["CACHE_SYNC_INTERVAL"], signal)
     if config["CACHE"] == "redis":
-        return RedisCache(
+        shared = RedisCache(
             config["CACHE_URL"],
             config["CACHE_KEY_PREFIX"],
             config["CACHE_TTL"],
             config["CACHE_TIMEOUT_S"],
             config["CACHE_SYNC_INTERVAL"],
+            log_replayed=config["CACHE_NEAR"],
         )
+        if config["CACHE_NEAR"]:
+            return NearCache(
+                shared,
+                config["CACHE_BYTES"],
+                config["CACHE_TTL"],
+                config["CACHE_SYNC_INTERVAL"],
+                sessions_near=config["CACHE_NEAR_SESSIONS"],
+            )
+        return shared
     return NoCache()
 
 

@@ -53,6 +53,11 @@ class CachedRead(Generic[P, R]):
         canonical = self.canonical(*args)
         return cache().get_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
 
+    def at_once(self, *args: Hashable) -> R:
+        """The result as the call gives it, from the cache only where every process sees a write at once."""
+        canonical = self.canonical(*args)
+        return cache().get_at_once_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
+
     def many(self, calls: Iterable[tuple]) -> list[R]:
         """The results of several calls (each a tuple of arguments), asked of the cache at once."""
         canonical = [self.canonical(*args) for args in calls]

@@ -126,7 +126,9 @@ class LocalCache:
         self.sync(at_least=seen_write)
         # This request's reads all come after the sync, so they may fill what it
         # evicted; a key evicted after this point was changed under them, and is not stored.
-        request_state().epoch = self.evictions
+        state = request_state()
+        state.epoch = self.evictions
+        state.stamp = self.applied
 
     def _reads_began(self) -> int:
         """Evictions counted when this request's reads began (outside a request: now)."""
@@ -166,6 +168,10 @@ class LocalCache:
             except KeyError:
                 found.append(self.get_or_compute(key, functools.partial(compute, i), keep))
         return found
+
+    def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        # Only the signal makes every process see a write at its next request.
+        return compute() if self.signal is None else self.get_or_compute(key, compute, keep)
 
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         """Entries are immutable and a stale one is replaced, never changed: while every input is the
@@ -269,7 +275,7 @@ class LocalCache:
                 alone = self.applied is not None and self.applied + 1 == first
                 held = [(patch, self.entries.get(patch.key)) for patch in patches] if alone else []
                 changed = [(patch.key, patch.change(entry)) for patch, entry in held if entry is not None]
-                self._evict(keys)
+                self._evict(keys, [state.committed_up_to] * len(keys))
                 for key, value in changed:
                     if value is not None:
                         try:
@@ -301,21 +307,26 @@ class LocalCache:
             if self.applied is None or now - self.synced_at > LOG_RETENTION.total_seconds() / 2:
                 # First sync, or asleep long enough to have missed pruned entries.
                 self.applied = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
-                self.entries.clear()
-                self.results.clear()
-                self.dependents.clear()
-                self.dependencies = 0
-                self.evictions += 1
-                self.cleared_at = self.evictions
+                self._clear()
             else:
                 # Ids commit in order (see forget), so whatever committed after `applied` is above it.
                 logged = db.session.execute(LOGGED_AFTER, {"applied": self.applied}).all()
                 if logged:
-                    self._evict(row.key for row in logged)
+                    self._evict([row.key for row in logged], [row.id for row in logged])
                     self.applied = logged[-1].id
             self.synced_at = now
 
-    def _evict(self, keys: Iterable[str]) -> None:
+    def _clear(self) -> None:
+        """Drop every entry and every result (with the lock held)."""
+        self.entries.clear()
+        self.results.clear()
+        self.dependents.clear()
+        self.dependencies = 0
+        self.evictions += 1
+        self.cleared_at = self.evictions
+
+    def _evict(self, keys: Iterable[str], logged: Iterable[int] = ()) -> None:
+        """Evict ``keys``; ``logged`` gives, key by key, the log id of the write that made it stale (if known)."""
         self.evictions += 1
         for key in keys:
             self.entries.pop(key, None)

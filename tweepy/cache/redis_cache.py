@@ -34,10 +34,11 @@ log = logging.getLogger(__name__)
 # How long the generation made by a miss lives, unless a value is stored with it. Short, because the key
 # may be the client's choice (a name nobody has); a read that takes longer is served and not kept.
 CLAIM_TTL_MS = 10_000
-# A miss: the value if there is one, else the generation a store must still find (made if there is none).
+# A miss: the value if there is one (with its generation, and the log id it is stamped with), else the
+# generation a store must still find (made if there is none).
 VALUE_OR_GENERATION = """
-local found = redis.call('HMGET', KEYS[1], 'value', 'generation')
-if found[1] then return {1, found[1]} end
+local found = redis.call('HMGET', KEYS[1], 'value', 'generation', 'stamp')
+if found[1] then return {1, found[1], found[2] or '', found[3] or '0'} end
 if found[2] then return {0, found[2]} end
 redis.call('HSET', KEYS[1], 'generation', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -46,7 +47,7 @@ return {0, ARGV[1]}
 # A store: only if no write evicted the key since its generation was read.
 STORE_IF_UNCHANGED = """
 if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'value', ARGV[2])
+redis.call('HSET', KEYS[1], 'value', ARGV[2], 'stamp', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
@@ -59,7 +60,9 @@ class RedisCache:
     # Every process reads the one copy, evicted as soon as a write commits.
     fresh_everywhere = True
 
-    def __init__(self, url: str, prefix: str, ttl: float, timeout: float, sync_interval: float) -> None:
+    def __init__(
+        self, url: str, prefix: str, ttl: float, timeout: float, sync_interval: float, log_replayed: bool = False
+    ) -> None:
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
@@ -85,6 +88,10 @@ class RedisCache:
         self.lock = threading.Lock()
         # One thread or greenlet of the process pays debts at a time; the others carry on.
         self.paying = threading.Lock()
+        # Under a near cache (``near.py``) every process replays the invalidation log and refuses a value
+        # stamped before an eviction it replayed: an eviction Redis missed is then owed to no one, and the
+        # table is the log, not a list of debts.
+        self.log_replayed = log_replayed
 
     def begin_request(self, seen_write: int | None) -> None:
         # Writers evict before their response leaves: a request only has debts to pay.
@@ -94,9 +101,17 @@ class RedisCache:
         return self.get_many_or_compute([key], lambda _: compute(), keep)[0]
 
     def get_many_or_compute(
-        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+        self,
+        keys: list[CacheKey],
+        compute: Callable[[int], Any],
+        keep: Callable[[Any], bool],
+        stamp: int = 0,
+        wanted: list[int] | None = None,
     ) -> list[Any]:
-        """One round trip for all the keys (and one more to store the misses worth keeping)."""
+        """One round trip for all the keys (and one more to store the misses worth keeping).
+
+        A value computed here is stamped with ``stamp``: it shows every write logged up to that id. A value
+        found stamped below ``wanted[i]`` may predate a write the caller knows of, and is computed again."""
         if not self.trusted:
             self.pay_debts()
             if not self.trusted:
@@ -116,38 +131,50 @@ class RedisCache:
         values, stores = [], []
         # A value read inside a write that has not committed may show rows that roll back.
         storing = not request_state().forgotten
-        for i, (found, payload) in enumerate(replies):
+        for i, reply in enumerate(replies):
+            found, value, generation = self._read(keys[i], reply, None if wanted is None else wanted[i])
             if found:
-                try:
-                    values.append(codec.decode(payload))
-                    continue
-                except (ValueError, RecursionError):  # not what this code writes (older code's, anyone's): read again
-                    log.warning("read cache: cannot read the entry of %s; dropping it", keys[i])
-                    self.evict([keys[i]])
-                    values.append(compute(i))
-                    continue
+                values.append(value)
+                continue
             value = compute(i)
             values.append(value)
-            if storing and keep(value):
+            if storing and generation is not None and keep(value):
                 try:
-                    stores.append((names[i], payload, codec.encode(value)))
+                    stores.append((names[i], generation, codec.encode(value), stamp))
                 except TypeError as error:  # a read returning what the codec cannot write: served, not kept
                     log.warning("read cache: cannot keep %s: %s", keys[i], error)
         if stores:
             self._store(stores)
         return values
 
-    def _store(self, stores: list[tuple[str, bytes, bytes]]) -> None:
-        """Keep each (name, generation read, value), each only if its generation is unchanged."""
+    def _read(self, key: CacheKey, reply: list, wanted: int | None) -> tuple[bool, Any, bytes | None]:
+        """Whether Redis's reply holds a value worth serving, the value, and else the generation a store of
+        the value computed instead must find (None: store nothing)."""
+        if not reply[0]:
+            return False, None, reply[1]
+        if wanted is not None and int(reply[3]) < wanted:
+            return False, None, reply[2]  # older than an eviction replayed here: read afresh, and replaced
+        try:
+            return True, codec.decode(reply[1]), None
+        except (ValueError, RecursionError):  # not what this code writes (older code's, anyone's): read again
+            log.warning("read cache: cannot read the entry of %s; dropping it", key)
+            self.evict([key])
+            return False, None, None
+
+    def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        return self.get_or_compute(key, compute, keep)
+
+    def _store(self, stores: list[tuple[str, bytes, bytes, int]]) -> None:
+        """Keep each (name, generation read, value, stamp), each only if its generation is unchanged."""
         try:
             with self.client.pipeline(transaction=False) as pipe:
-                for name, generation, value in stores:
-                    self.store_if_unchanged(keys=[name], args=[generation, value, self.ttl_ms], client=pipe)
+                for name, generation, value, stamp in stores:
+                    self.store_if_unchanged(keys=[name], args=[generation, value, self.ttl_ms, stamp], client=pipe)
                 pipe.execute()
         except self.unreachable as error:
             self._lost(error)
         except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
-            log.warning("read cache: Redis refused to keep %s: %s", ", ".join(name for name, _, _ in stores), error)
+            log.warning("read cache: Redis refused to keep %s: %s", ", ".join(store[0] for store in stores), error)
 
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         # Every read decodes new values: nothing computed from them is ever the same twice.
@@ -188,7 +215,8 @@ class RedisCache:
                 return
             except self.failed as error:  # a timeout may have deleted them or not: they are owed either way
                 self._lost(error)
-        self._owe(keys)
+        if not self.log_replayed:
+            self._owe(keys)
 
     def pay_debts(self) -> None:
         """Evict what this process and the table say is owed; then Redis can be trusted again."""
@@ -196,6 +224,9 @@ class RedisCache:
             return
         try:
             self.checked_at = time.monotonic()
+            if self.log_replayed:
+                self.trusted = True  # nothing is owed: what Redis kept stale, the stamps refuse
+                return
             with self.lock:
                 owed, everything = set(self.owed), self.owe_everything
             if everything:

@@ -1,0 +1,118 @@
+"""``NearCache`` (``CACHE=redis`` with ``CACHE_NEAR``): a ``LocalCache`` in each process, in front of Redis.
+
+A read found in the process costs what it costs with ``CACHE=local``; a miss asks Redis (``RedisCache``,
+one round trip for all the keys it lacks), then the database. Each process keeps its entries fresh as
+``LocalCache`` does, by replaying the invalidation log (in the database); each value Redis keeps is
+stamped with the last log id its reader had replayed, and a value stamped before an eviction replayed
+here is read afresh, so an eviction Redis missed (a lost delete, a writer cut off) leaves nothing stale
+once the log is replayed. Why: docs/caching.md and stages/7-scale-out/README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .backend import CacheKey, request_state
+from .local import LocalCache
+from .redis_cache import RedisCache
+
+# Keys whose last eviction's log id is remembered (a few dozen bytes each); past this many, the highest
+# of them stands for all.
+EVICTIONS_REMEMBERED = 100_000
+
+
+class NearCache(LocalCache):
+    """Entries kept in the process, fresh by the log; misses read through ``far``, shared by every node."""
+
+    def __init__(
+        self, far: RedisCache, max_bytes: int, ttl: float, sync_interval: float, sessions_near: bool = False
+    ) -> None:
+        super().__init__(max_bytes, ttl, sync_interval)
+        self.far = far
+        # Whether what must be seen at once everywhere (who is logged in) may be kept near, and so be
+        # seen within the staleness bound instead.
+        self.sessions_near = sessions_near
+        # For each key, the log id of its last eviction here: a value from Redis stamped below it is older.
+        self.evicted_by: dict[str, int] = {}
+        # What a key missing from ``evicted_by`` may have been evicted by: nothing known before the first
+        # sync, everything logged before it after.
+        self.floor = 0
+
+    def get_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        try:
+            return self.entries[key]
+        except KeyError:
+            pass
+        return self._through_far([key], lambda _: compute(), keep)[0]
+
+    def get_many_or_compute(
+        self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]
+    ) -> list[Any]:
+        """The entries found here, and every other one in a single round trip to Redis."""
+        found: list[Any] = []
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            try:
+                found.append(self.entries[key])
+            except KeyError:
+                found.append(None)
+                missing.append(i)
+        if missing:
+            values = self._through_far([keys[i] for i in missing], lambda j: compute(missing[j]), keep)
+            for i, value in zip(missing, values, strict=True):
+                found[i] = value
+        return found
+
+    def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
+        if self.sessions_near:
+            return self.get_or_compute(key, compute, keep)
+        # Redis is evicted before the writer answers; its stamp guards against a delete it missed.
+        return self.far.get_many_or_compute([key], lambda _: compute(), keep, *self._stamps([key]))[0]
+
+    def _stamps(self, keys: list[CacheKey]) -> tuple[int, list[int]]:
+        """The stamp a value computed now gets, and the least stamp each key's value in Redis must have."""
+        stamp = request_state().stamp
+        with self.lock:
+            wanted = [self.evicted_by.get(key, self.floor) for key in keys]
+            return (self.applied or 0) if stamp is None else stamp, wanted
+
+    def _through_far(self, keys: list[CacheKey], compute: Callable[[int], Any], keep: Callable[[Any], bool]) -> list:
+        epoch = self._reads_began()
+        values = self.far.get_many_or_compute(keys, compute, keep, *self._stamps(keys))
+        with self.lock:
+            for key, value in zip(keys, values, strict=True):
+                # Whatever Redis gave is as new as the last eviction replayed here; one replayed since
+                # the request's reads began may be newer.
+                if keep(value) and self._none_evicted_since(epoch, (key,)):
+                    try:
+                        self.entries[key] = value
+                    except ValueError:
+                        pass  # larger than the whole cache: served, not kept
+        return values
+
+    def after_commit(self) -> None:
+        keys = list(request_state().forgotten)
+        if keys:
+            self.far.evict(keys)  # before the response leaves, as RedisCache does
+        super().after_commit()
+
+    def sync(self, at_least: int | None = None) -> None:
+        super().sync(at_least)
+        self.far.sync()
+
+    def _clear(self) -> None:
+        super()._clear()
+        self.evicted_by.clear()
+        self.floor = self.applied or 0
+
+    def _evict(self, keys: Iterable[str], logged: Iterable[int] = ()) -> None:
+        keys, logged = list(keys), list(logged)
+        super()._evict(keys, logged)
+        # Where not known, only the writes up to the last one replayed can have made a key stale.
+        logged += [self.applied or 0] * (len(keys) - len(logged))
+        for key, log_id in zip(keys, logged, strict=True):
+            self.evicted_by[key] = max(log_id, self.evicted_by.get(key, 0))
+        if len(self.evicted_by) > EVICTIONS_REMEMBERED:
+            self.floor = max(self.floor, *self.evicted_by.values())
+            self.evicted_by.clear()
