@@ -5,10 +5,15 @@ long they take, with their answers folded away, and the figures `make bench` wri
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 
+from tools import settings as tools_settings
 from tools import stages
+from tools.bench import __main__ as bench_main
 
 SECTIONS = ["What changes", "The code it turns on", "Why it helps", "Measured", "Look inside", "Try it"]
 MOST_WORDS = 1000
@@ -75,3 +80,53 @@ def test_the_cheat_sheet_quotes_the_published_figures_beside_it():
     quoted = dict(re.findall(r"^\| \[(\d+) [\w-]+\]\([\w-]+/\) \|(?: [^|]+ \|){3} ([\d. /]+) \|", text, re.M))
     assert quoted and quoted.keys() == published.keys()
     assert {n: q.split(" / ") for n, q in quoted.items()} == published
+
+
+# --- the exercises' commands -------------------------------------------------------
+
+COMMAND = re.compile(r"`((?:[A-Z_]+=\S+ )*(?:make \w|\.venv/bin/python -m )[^`]*)`")
+
+
+def exercise_commands(page) -> list[str]:
+    """The make, pytest and tools commands an exercise asks an attendee to type."""
+    return COMMAND.findall(section(page.read_text(), "Try it").split("<details>")[0])
+
+
+EXERCISES = [(page, command) for page in PAGES for command in exercise_commands(page)]
+
+
+def split_command(command: str) -> tuple[dict[str, str], list[str]]:
+    words = shlex.split(command)
+    env = {}
+    while "=" in words[0] and words[0].split("=")[0].isupper():
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    return env, words
+
+
+@pytest.mark.parametrize(("page", "command"), EXERCISES, ids=lambda x: x if isinstance(x, str) else x.parent.name)
+def test_every_exercise_command_runs_as_written(page, command):
+    """Without its load: make runs dry, pytest collects what the exercise selects, and a bench's
+    arguments parse into a plan. Each says what it would do, or why it cannot."""
+    env, words = split_command(command)
+    for name in env:
+        assert name in settings_names(), f"{command}: {name} is not a setting"
+    if words[0] == "make":
+        dry = subprocess.run(["make", "-n", *words[1:]], cwd=stages.ROOT, capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0, f"{command}: {dry.stderr}"
+    elif words[1:3] == ["-m", "pytest"]:
+        selected = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *words[3:]],
+            cwd=stages.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert selected.returncode == 0 and "::" in selected.stdout, f"{command} selects no test"
+    else:
+        assert words[1:3] == ["-m", "tools.bench"], f"{command}: an exercise command this test cannot check"
+        assert bench_main.parse(words[3:]).stages, f"{command} measures no stage"
+
+
+def settings_names() -> set[str]:
+    return tools_settings.all_names()
