@@ -71,3 +71,14 @@ def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("CI") == "true" and skipped and exitstatus == 0:
         reporter.write_line(f"CI: {len(skipped)} test(s) skipped; in CI a skip is a failure", red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Redis server of the test's own, which it may stop and start again."""
+    from helpers.caches import OwnRedis
+
+    server = OwnRedis(tmp_path)
+    server.start()
+    yield server
+    server.close()

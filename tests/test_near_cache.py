@@ -238,16 +238,6 @@ def test_a_redis_restart_costs_no_error_and_no_stale_page(make_app, database, ow
                 db.engine.dispose()
 
 
-@pytest.fixture
-def own_redis(tmp_path):
-    from helpers.caches import OwnRedis
-
-    server = OwnRedis(tmp_path)
-    server.start()
-    yield server
-    server.close()
-
-
 # --- the invalidation state machine, across two nodes -----------------------------------
 
 

@@ -23,7 +23,7 @@ from datetime import datetime
 import pytest
 from flask_migrate import upgrade
 from helpers.browser import sign_up
-from helpers.caches import OwnRedis, cached_keys, drop_prefix, free_port, new_prefix, stored
+from helpers.caches import cached_keys, drop_prefix, free_port, new_prefix, stored
 from helpers.invalidation import QUICK, InvalidationWorld
 from helpers.pages import tweet_texts
 from helpers.postgres import fresh_database
@@ -394,14 +394,6 @@ def test_the_same_schedule_leaves_a_stale_entry_with_a_naive_design(pg_app_with,
 # --- Redis going away ----------------------------------------------------------------
 
 OUTAGE_SYNC_S = 0.3
-
-
-@pytest.fixture
-def own_redis(tmp_path):
-    server = OwnRedis(tmp_path)
-    server.start()
-    yield server
-    server.close()
 
 
 def every_page_answers(browser, pages=("/tweets/", "/users/", "/users/alice/", "/users/bob/")) -> None:

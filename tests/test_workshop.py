@@ -217,16 +217,21 @@ def get_json(url: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.mark.integration
-def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
-    """`make run`, then `make locust`: the web UI starts a swarm and the protocol succeeds against the stage."""
-    users = 60
-    env = {
+def load_test_env(tmp_path) -> dict[str, str]:
+    """A stage on a SQLite file of the test's own, loaded by locust from loopback as `make run` allows."""
+    return {
         "TWEEPY_DATABASE_URL": f"sqlite:///{tmp_path / 'tweepy.sqlite3'}",
         "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
         "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
         "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
     }
+
+
+@pytest.mark.integration
+def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
+    """`make run`, then `make locust`: the web UI starts a swarm and the protocol succeeds against the stage."""
+    users = 60
+    env = load_test_env(tmp_path)
     seed = ["--users", str(users), "--tweets", "600", "--follows", "5"]
     with stages.start(stages.get_stage(4), port=stages.free_port(), var=tmp_path / "var", env=env, seed=seed) as up:
         web = stages.free_port()
@@ -268,12 +273,7 @@ def test_make_locust_drives_the_running_stage_from_its_web_ui(tmp_path):
 def test_plain_headless_locust_learns_how_many_users_the_stage_holds_and_fails_nothing(tmp_path):
     """`locust -f locustfile.py --headless -H ...` as most locust users type it: no count given."""
     users = 40
-    env = {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{tmp_path / 'tweepy.sqlite3'}",
-        "TWEEPY_INSTANCE_PATH": str(tmp_path / "instance"),
-        "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
-        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
-    }
+    env = load_test_env(tmp_path)
     seed = ["--users", str(users), "--tweets", "400", "--follows", "5"]
     with stages.start(stages.get_stage(2), port=stages.free_port(), var=tmp_path / "var", env=env, seed=seed) as up:
         locust = [str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-u", "8", "-r", "8"]
