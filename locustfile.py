@@ -37,6 +37,8 @@ from tools.protocol import (
     FIRST_LOGIN,
     NEW_USER_PASSWORD,
     SEED_PASSWORD,
+    SERVED,
+    TASK_ENDS,
     WEIGHTS,
     bar_from_env,
     csrf_token_of,
@@ -126,6 +128,9 @@ def user_exists_at(host: str) -> Callable[[int], bool]:
 
 
 _accounts_handed_out = itertools.count()
+_visitors = itertools.count()
+# Visitors of a worker process who got a task through since its last report to the master.
+_served_since_report: set[str] = set()
 
 
 def next_seed_account(worker_index: int = 0) -> int:
@@ -153,7 +158,9 @@ class Visitor(FastHttpUser):
         self.retry_at = 0.0  # when a busy site asked to be tried again (time.monotonic())
         self.logged_in = False
         self.followed: set[str] = set()
-        self.seed_index: int | None = next_seed_account(getattr(self.environment.runner, "worker_index", 0))
+        worker_index = getattr(self.environment.runner, "worker_index", 0)
+        self.key = f"{worker_index}-{next(_visitors)}"  # who this visitor is, among every process's
+        self.seed_index: int | None = next_seed_account(worker_index)
         self.name = f"user{self.seed_index}"
         self.password = SEED_PASSWORD
         # Named apart so the benchmark can tell when every user has logged in once.
@@ -173,6 +180,7 @@ class Visitor(FastHttpUser):
                 return False
             self.token = token
             response.success()
+            self._done(f"GET {name or path}")
             return True
 
     def _form(self, path: str, fields: dict[str, str], name: str | None = None, to: str | None = None) -> str | None:
@@ -192,7 +200,16 @@ class Visitor(FastHttpUser):
                 response.failure(f"expected 303 to {to}, got {self._explain(response)}")
                 return None
             response.success()
+            self._done(f"POST {name or path}")
             return target
+
+    def _done(self, request: str) -> None:
+        """Count this visitor as served when the request ends a protocol task."""
+        if request in TASK_ENDS:
+            if isinstance(self.environment.runner, WorkerRunner):
+                _served_since_report.add(self.key)
+            else:
+                SERVED.add((self.key,))
 
     @staticmethod
     def _explain(response) -> str:
@@ -323,6 +340,21 @@ def _learn_how_many_users_are_seeded(environment, **_kwargs) -> None:
             gevent.spawn(environment.runner.quit)
         return
     logging.info("%s holds %d seeded users (user1..user%d)", host, SEED_USERS, SEED_USERS)
+
+
+# --- Who was served, from worker processes to the master ----------------------------------------
+
+
+@events.report_to_master.add_listener
+def _report_served_visitors(client_id, data, **_kwargs) -> None:
+    # The master adds them to the window it is measuring: a report's interval is the window's slack.
+    data["tweepy_served"] = sorted(_served_since_report)
+    _served_since_report.clear()
+
+
+@events.worker_report.add_listener
+def _gather_served_visitors(client_id, data, **_kwargs) -> None:
+    SERVED.add(data.get("tweepy_served") or ())
 
 
 # --- The verdict ------------------------------------------------------------------------------

@@ -183,10 +183,10 @@ def test_the_overload_step_runs_twice_the_best_steps_users_within_its_bound():
     assert figures.overload_users(400, 0, 2400) is None, "switched off"
 
 
-def test_the_overload_steps_goodput_is_its_successful_requests_a_second_against_the_capacity():
+def test_the_overload_steps_successful_requests_and_failed_share_are_counted():
     window = {"requests": 6000, "failures": 600, "window_s": 30.0, "max_ms": 60_000}
-    found = figures.overload_figures(window, capacity_rps=300.0)
-    assert found == {"goodput_rps": 180.0, "goodput_pct_of_capacity": 60.0, "failure_share": 0.1, "max_ms": 60_000}
+    found = figures.overload_figures(window)
+    assert found == {"goodput_rps": 180.0, "failure_share": 0.1, "max_ms": 60_000}
 
 
 # --- the capacity model -------------------------------------------------------------------------------
@@ -328,7 +328,9 @@ def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_
 def test_the_reports_show_each_shown_request_types_p95_and_the_slowest():
     text = tables.markdown(a_report())
     assert "log in `POST /` | register `POST /register/` | timeline `GET /tweets/` | write `POST /tweets/`" in text
-    assert "| 160.0 | 300 | 600 | 650 | 250 | 280 | `POST /register/` 650 ms |" in text.replace("**", "")
+    assert "| 160.0 (1 window) | 24% | 300 | 600 | 650 | 250 | 280 | `POST /register/` 650 ms |" in text.replace(
+        "**", ""
+    )
 
 
 def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_request():
@@ -344,7 +346,7 @@ def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_reque
 def test_a_search_cut_short_never_shows_its_last_passing_step_as_the_capacity():
     cut = a_stage(search={"state": "cut short", "ended": "", "note": "locust exited with code -9 in the window"})
     text = tables.markdown(a_report(cut))
-    assert "≥ 160.0 (search cut short)" in text and "**160.0**" not in text
+    assert "≥ 160.0 (1 window; search cut short)" in text and "**160.0**" not in text
     assert "search cut short: locust exited with code -9 in the window" in text
 
 

@@ -245,6 +245,27 @@ def hashes_done(by_type: Iterable[RequestStats]) -> int:
     return sum(t.requests - t.failures for t in by_type if t.name in HASHING)
 
 
+class ServedVisitors:
+    """Which visitors got at least one protocol task through since a window began, by a key of
+    their own: the locustfile adds them as their tasks end (a worker process ships its own to the
+    master with its periodic report), the load shape reads how many at the end of a window."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def start(self) -> None:
+        self.keys.clear()
+
+    def add(self, keys: Iterable[str]) -> None:
+        self.keys.update(keys)
+
+    def count(self) -> int:
+        return len(self.keys)
+
+
+SERVED = ServedVisitors()
+
+
 _CSRF_INPUT = re.compile(r"""<input\b[^>]*\bname\s*=\s*["']?csrf_token["'\s/>][^>]*>""", re.IGNORECASE)
 _VALUE = re.compile(r"""\bvalue\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.IGNORECASE)
 

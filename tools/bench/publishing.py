@@ -13,10 +13,12 @@ from tools.bench.runs import (
     ROOT,
     bar_of,
     capacity_cell,
+    capacity_of_row,
     ceiling_cell,
     ms,
     p95_of,
     run_label,
+    served_text,
     slowest_cell,
     talk_figure,
 )
@@ -66,7 +68,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in neighbours(report, result):
-        b = r["best"] or {}
+        b, c = r["best"] or {}, capacity_of_row(r) or {}
         bound = r["run"].get("bcrypt")
         cpu = b.get("server_cpu_ms_per_request")
         hashing = None
@@ -77,9 +79,9 @@ def beside_table(report: dict, result: dict) -> list[str]:
             f"{r['stage']} {r['name']}" + (" (this step)" if r is result else ""),
             run_label(r),
             capacity_cell(r),
-            str(b.get("users", "—")),
-            p95_of(b, SHOWN[0][0]),
-            p95_of(b, "GET /tweets/"),
+            str(c.get("users", "—")),
+            p95_of(c, SHOWN[0][0]),
+            p95_of(c, "GET /tweets/"),
             "—" if cpu is None else f"{cpu:.2f}",
             "—" if hashing is None else beside_measured(hashing, threads),
             "—" if hashing is None else beside_measured(cpu - hashing, threads and cpu - threads),
@@ -100,14 +102,15 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         f"{plan['tweets']:,} tweets seeded; run of {run['date']}, commit {run['commit']}"
     )
     image = f"\n![QPS and p95 against users, {result['stage']} {result['name']}]({picture})\n" if picture else ""
-    b = result["best"]
-    if not b or result["search"]["state"] == "crashed":
+    b, c = result["best"], capacity_of_row(result)
+    if not c or result["search"]["state"] == "crashed":
         return f"{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n{image}"
-    shown = ", ".join(f"{label} {p95_of(b, key)}" for key, label in SHOWN)
+    shown = ", ".join(f"{label} {p95_of(c, key)}" for key, label in SHOWN)
     overload = result.get("overload")
     past = (
-        f" Past capacity, at {overload['users']} users: goodput {overload['goodput_rps']} requests/s "
-        f"({overload['goodput_pct_of_capacity']}% of it), {100 * (overload['failure_share'] or 0):.1f}% failed."
+        f" Past capacity, at {overload['users']} users: {overload.get('goodput_tasks_per_s', '—')} tasks/s got "
+        f"through ({overload.get('goodput_pct_of_capacity', '—')}% of the capacity's), {served_text(overload)} of "
+        f"its users got one through, {100 * (overload['failure_share'] or 0):.1f}% of requests failed."
         if overload
         else ""
     )
@@ -117,9 +120,10 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         else ""
     )
     text = (
-        f"{capacity_cell(result)} QPS at {b['users']} locust users, meeting the bar "
-        f"({bar_of(report).text()}): p95 {b['p95_ms']:.0f} ms for all requests ({shown}; slowest "
-        f"{slowest_cell(b)}); {b['server_cpu_ms_per_request']} ms of server CPU a request; peak server memory "
+        f"{capacity_cell(result)} QPS at {c['users']} locust users, the median of its windows meeting the bar "
+        f"({bar_of(report).text()}): p95 {c['p95_ms']:.0f} ms for all requests ({shown}; slowest "
+        f"{slowest_cell(c)}); {c['server_cpu_ms_per_request'].get('median')} ms of server CPU a request; "
+        "peak server memory "
         f"{ms(b.get('peak_server_memory_mb'))} MiB; stack ceiling (requests/s on `/healthz`): {ceiling_cell(result)}."
         f"{past}{rejudged} On {where}; [all figures]({link}).\n{image}"
     )
@@ -163,14 +167,14 @@ def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
     ]
     for result in report["stages"]:
         stage = stages.get_stage(result["stage"])
-        b = result["best"] or {}
+        c = capacity_of_row(result) or {}
         name = stage.folder.name + (f", {result['part']}" if result.get("part") else "")
-        cells = [name, run_label(result), capacity_cell(result), str(b.get("users", "—"))]
+        cells = [name, run_label(result), capacity_cell(result), str(c.get("users", "—"))]
         cells += [
-            ms(b.get("p95_ms")),
-            p95_of(b, SHOWN[0][0]),
-            slowest_cell(b),
-            str(b.get("server_cpu_ms_per_request", "—")),
+            ms(c.get("p95_ms")),
+            p95_of(c, SHOWN[0][0]),
+            slowest_cell(c),
+            str((c.get("server_cpu_ms_per_request") or {}).get("median", "—")),
         ]
         ladder.append("| " + " | ".join(cells) + " |")
         figures = stage_figures(
