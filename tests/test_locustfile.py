@@ -542,9 +542,27 @@ def a_visitor(protocol, seed_index=7, runner=None):
     visitor = object.__new__(protocol.Visitor)
     visitor.environment = SimpleNamespace(runner=runner)
     visitor.key, visitor.seed_index = "0-1", seed_index
-    visitor.name, visitor.password = f"user{seed_index}", shared.SEED_PASSWORD
+    visitor.name, visitor.password = protocol.seeded_account(seed_index)
     visitor.token, visitor.retry_at, visitor.logged_in, visitor.followed = None, 0.0, True, set()
     return visitor
+
+
+def test_a_visitor_who_registered_logs_in_next_as_its_own_seeded_account(protocol):
+    visitor = a_visitor(protocol, seed_index=7)
+    sent = []
+    answers = {"/logout/": "/", "/register/": "/tweets/", "/": "/tweets/"}
+    visitor._page = lambda path, name=None: True
+    visitor._form = lambda path, fields, name=None, to=None: sent.append((path, fields, name)) or answers[path]
+    protocol.Visitor.register(visitor)
+    registered = sent[-1][1]["name"]
+    assert sent[-1][0] == "/register/" and visitor.name == registered != "user7", "carries on as the new account"
+    visitor.followed.add("user3")  # followed as the new account
+    protocol.Visitor.log_out_and_in(visitor)
+    path, fields, stats_name = sent[-1]
+    assert path == "/" and (fields["name"], fields["password"]) == ("user7", shared.SEED_PASSWORD)
+    assert stats_name is None, "counted as any log in, POST /"
+    assert visitor.name == "user7" and visitor.logged_in
+    assert not visitor.followed, "whom the new account followed is not the seeded one's"
 
 
 def test_a_visitor_counts_as_served_only_once_a_request_ending_a_task_got_through(protocol, monkeypatch):
