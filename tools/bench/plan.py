@@ -39,6 +39,7 @@ class Plan:
     bar: Bar = field(default_factory=Bar)
     quick: bool = False
     kept_from: str = ""  # an earlier run whose other stages this one's report keeps
+    split: str = ""  # "k/n": part k of a run made in n parts, its share of the stages and a control stage
     # Settings changed from the stages' own (``--set``), for a variant measured into a folder of its own.
     variant: dict[str, str] = field(default_factory=dict)
     out: str = ""  # that folder
@@ -188,6 +189,8 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
         changed.append(f'TWEEPY_BENCH_STEPS="{" ".join(map(str, plan["steps"]))}"')
     if plan.get("bcrypt_cost", 12) != defaults["bcrypt_cost"]:
         changed.append(f"TWEEPY_BCRYPT_LOG_ROUNDS={plan['bcrypt_cost']}")
+    if plan.get("composed"):
+        return " ".join([".venv/bin/python -m tools.bench --compose", *plan["composed"]])
     chosen = list(plan.get("stages") or every_stage)
     if plan.get("variant") or plan.get("out"):
         # make has no target for a folder of one's own: such a run is never published as the ladder's figures.
@@ -196,7 +199,11 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
         command += ["--quick"] if plan.get("quick") else []
         command += [f"--keep-from {plan['kept_from']}"] if plan.get("kept_from") else []
         return " ".join([*changed, *command, f"--out {plan.get('out') or 'FOLDER'}"])
-    arguments = ["make bench", *([f'STAGES="{" ".join(map(str, chosen))}"'] if chosen != every_stage else [])]
+    arguments = ["make bench"]
+    if plan.get("split"):
+        arguments.append(f"PART={plan['split']}")  # the stages follow from it
+    elif chosen != every_stage:
+        arguments.append(f'STAGES="{" ".join(map(str, chosen))}"')
     if plan.get("quick"):
         arguments.append("QUICK=1")
     if plan.get("kept_from"):

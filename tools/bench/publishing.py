@@ -49,6 +49,8 @@ def replace_block(path: Path, block: str, part: str | None = None) -> None:
 def neighbours(report: dict, result: dict) -> list[dict]:
     """What a step is read beside: the step before it (whole), then its own parts, then itself."""
     whole = [r for r in report["stages"] if not r.get("part")]
+    if report.get("composed"):  # a ladder composed of parts compares across them by ratios alone
+        whole = [r for r in whole if r["run"]["date"] == result["run"]["date"]]
     before = [r for r in whole if r["stage"] < result["stage"]][-1:]
     parts = [r for r in report["stages"] if r["stage"] == result["stage"] and r.get("part")]
     return [*before, *parts, result]
@@ -141,10 +143,11 @@ BESIDE_NOTE = (
 
 
 def measured_every_stage(report: dict) -> bool:
-    """Whether this run itself measured every stage of the ladder and every part of a step: a row kept
-    from an earlier run, or a stage left out, makes it a partial run."""
+    """Whether this run itself (or, composed of parts, its parts) measured every stage of the ladder and
+    every part of a step: a row kept from an earlier run, or a stage left out, makes it a partial run."""
     ladder = {(each.number, each.part) for stage in stages.all_stages() for each in (*stage.parts(), stage)}
-    measured = {(r["stage"], r.get("part")) for r in report["stages"] if r["run"]["date"] == report["date"]}
+    own = {report["date"], *(part["date"] for part in (report.get("composed") or {}).get("parts", []))}
+    measured = {(r["stage"], r.get("part")) for r in report["stages"] if r["run"]["date"] in own}
     return ladder <= measured
 
 
@@ -161,9 +164,12 @@ def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
         + "\n"
     )
     replace_block(root / "README.md", "\n".join(summary(report, f"results/{relative}/chart.png")))
+    composed = bool(report.get("composed"))
+    ratio = f" ÷ its part's stage {report['composed']['control']} |" if composed else ""
     ladder = [
-        "| stage | run | QPS at the bar | users | p95 ms: all | log in | slowest request type | server CPU ms/req |",
-        "|---|---|---|---|---|---|---|---|",
+        "| stage | run | QPS at the bar | users | p95 ms: all | log in | slowest request type | server CPU ms/req |"
+        + ratio,
+        "|---|---|---|---|---|---|---|---|" + ("---|" if composed else ""),
     ]
     for result in report["stages"]:
         stage = stages.get_stage(result["stage"])
@@ -176,6 +182,8 @@ def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
             slowest_cell(c),
             str((c.get("server_cpu_ms_per_request") or {}).get("median", "—")),
         ]
+        if composed:
+            cells.append("—" if result.get("ratio_to_control") is None else f"{result['ratio_to_control']:.2f}")
         ladder.append("| " + " | ".join(cells) + " |")
         figures = stage_figures(
             report, result, f"../../results/{relative}/RESULTS.md", f"../../results/{relative}/{chart_name(result)}"

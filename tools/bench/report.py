@@ -13,11 +13,13 @@ from tools.bench.tables import markdown
 
 def publishes(report: dict, folder: Path, root: Path = ROOT) -> bool:
     """Whether a run gives the ladder's figures: one that measured every stage itself, into a folder of
-    its own under results/; never a smoke run, a variant (``--out``), nor a partial run (``--stages``,
-    or stages kept from an earlier run)."""
+    its own under results/, or one composed of the parts of a split run; never a smoke run, a variant
+    (``--out``), a part alone (``--split``), nor a partial run (``--stages``, or stages kept from an
+    earlier run)."""
     plan = report["plan"]
     in_results = folder.resolve().is_relative_to((root / RESULTS.relative_to(ROOT)).resolve())
-    return in_results and not plan.get("quick") and not plan.get("out") and measured_every_stage(report)
+    one_part = bool(plan.get("split"))
+    return in_results and not (plan.get("quick") or plan.get("out") or one_part) and measured_every_stage(report)
 
 
 def write_reports(report: dict, folder: Path, root: Path = ROOT) -> bool:

@@ -30,6 +30,7 @@ from tools.bench.runs import (
     slowest_cell,
     talk_figure,
 )
+from tools.bench.split import part_reports, ratio_table
 from tools.protocol import HASHES_PER_CYCLE, REQUESTS_PER_CYCLE, SHOWN
 
 # --- RESULTS.md ----------------------------------------------------------------------------------
@@ -333,7 +334,20 @@ NOTES = (
 
 
 def summary(report: dict, chart_link: str) -> list[str]:
-    """What the READMEs show: the header, capacity, overload and bound tables, notes and chart."""
+    """What the READMEs show: the header, capacity, overload and bound tables, notes and chart; for a
+    ladder composed of parts, the ratios to each part's control, then each part's own tables."""
+    if not report.get("composed"):
+        return [*one_run(report), "", NOTES, "", f"![QPS per stage]({chart_link})"]
+    lines = ratio_table(report)
+    for part, own in part_reports(report):
+        host = part["machine"]["host"]
+        lines += ["", f"### Part {part['part']}: run of {part['date']} on {host}, commit {part['commit']}", ""]
+        lines += one_run(own)
+    return [*lines, "", NOTES, "", f"![Each stage against its part's control]({chart_link})"]
+
+
+def one_run(report: dict) -> list[str]:
+    """The tables of one run's rows: capacity, overload, cold start, tiers and the bcrypt bound."""
     return [
         *header(report),
         "",
@@ -347,10 +361,6 @@ def summary(report: dict, chart_link: str) -> list[str]:
         *([""] + cold if (cold := cold_start_table(report)) else []),
         *tier_table(report),
         *bound_tables(report),
-        "",
-        NOTES,
-        "",
-        f"![QPS per stage]({chart_link})",
     ]
 
 
