@@ -8,15 +8,16 @@
     python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER    a variant, into FOLDER only
     python -m tools.bench --split 1/2          part 1 of a run in 2: its half of the ladder, and stage 4
     python -m tools.bench --compose A B        one ladder from the parts' folders, ratios to stage 4
+    python -m tools.bench --recompute FOLDER   every figure made again from FOLDER/raw.tar.xz
 
 The bcrypt bound, then each stage (``measure.bench_stage``) on a fresh copy of one seeded database;
 a crashed stage or a search cut short exits with 1. Only a run (or parts) that measured every stage
-publishes (``report``). Settings are in ``tools/protocol.py``; other machines: the README.
-"""
+publishes (``report``), its raw data kept. Settings: ``tools/protocol.py``; other hosts: the README."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import socket
@@ -29,10 +30,12 @@ from tools import stages
 from tools.bench.machine import ROOT, bcrypt_bound, generator, git_commit, machine, say
 from tools.bench.measure import bench_stage, crashed_stage
 from tools.bench.plan import make_plan
+from tools.bench.raw import pack, recompute, unpacked
 from tools.bench.report import write_reports
-from tools.bench.runs import RESULTS, in_ladder_order
+from tools.bench.runs import RESULTS, in_ladder_order, normalize
 from tools.bench.serving import WORK, seeded_master
 from tools.bench.split import compose, measured_in_part, parse_split, part_stages
+from tools.bench.tables import markdown
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -51,6 +54,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         metavar="FOLDER",
         help="only redo the table and chart from FOLDER/results.json, and the READMEs if it measured every stage",
+    )
+    parser.add_argument(
+        "--recompute", type=Path, metavar="FOLDER", help="make every figure again from FOLDER's raw data"
     )
     parser.add_argument("--split", default="", metavar="K/N", help="measure part K of a run made in N parts")
     parser.add_argument(
@@ -120,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.compose:
         return compose_parts(args.compose, args.out)
+    if args.recompute:
+        return recompute_from_raw(args.recompute.resolve())
 
     plan = plan_of(args)
     now = datetime.now(UTC)
@@ -167,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         report["stages"].sort(key=in_ladder_order)
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
+    archive = pack(folder)
+    say(f"raw data kept in {shown_path(archive)} ({archive.stat().st_size / 1024:.0f} KiB)")
     incomplete = [f"{r['stage']} {r['name']}" for r in report["stages"] if r["search"]["state"] != "complete"]
     if not write_reports(report, folder):
         say("a partial run, a smoke run or a variant: results/LATEST.md and the READMEs are left as they were")
@@ -176,6 +186,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     say(f"done: {shown}/RESULTS.md")
     return 0
+
+
+def recompute_from_raw(folder: Path) -> int:
+    """The run's reports made again from its raw data; 1 if a figure differs from its results.json."""
+    report = json.loads((folder / "results.json").read_text())
+    again = recompute(report, unpacked(folder))
+    before, after = markdown(normalize(report)).splitlines(), markdown(normalize(copy.deepcopy(again))).splitlines()
+    write_reports(again, folder)
+    differing = [line for line in after if line not in before]
+    for line in differing:
+        say(f"  recomputed differently: {line}")
+    say(f"{len(differing)} line(s) of {shown_path(folder)}/RESULTS.md differ from results.json's figures")
+    return 1 if differing else 0
 
 
 def compose_parts(folders: list[Path], out: Path | None) -> int:

@@ -71,7 +71,7 @@ def window_figures(
     hashes = hashes_done(by_type)
     return {
         **judged(by_type, total, seconds, bar),
-        "window_s": round(seconds, 1),
+        "window_s": round(seconds, 3),  # to the millisecond, so its rates can be recomputed from raw data
         "rps": round(requests / seconds, 1) if seconds else 0.0,
         "goodput_rps": round((requests - total.failures) / seconds, 1) if seconds else 0.0,
         "tasks_per_s": round(completed_tasks(by_type) / seconds, 1) if seconds else 0.0,

@@ -77,7 +77,7 @@ def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
     server_cores = (last["server"] - first["server"]) / seconds
     figures = aggregated(csv)
     cores = len(os.sched_getaffinity(0))
-    return {
+    ceiling = {
         **ceiling_verdict(figures["rps"], generator_cores, server_cores, plan.locust_processes, cores),
         "requests": figures["requests"],
         "failures": figures["failures"],
@@ -85,6 +85,8 @@ def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
         "generator_cpu_cores": round(generator_cores, 2),
         "server_cpu_cores": round(server_cores, 2),
     }
+    Path(f"{csv}.json").write_text(json.dumps(ceiling))  # kept with the raw data (tools/bench/raw.py)
+    return ceiling
 
 
 def _cpu_of(generator_pid: int, running: stages.Running) -> dict:
