@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from tools import stages
+from tools.bench.headline import WINDOWS_AT_CAPACITY
 from tools.protocol import SETTINGS, Bar, bar_from_env, numbers, setting
 
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -115,9 +116,11 @@ def spawn_rate(plan: Plan, hashes_per_s: float) -> float:
 
 
 def search_time_limit(plan: Plan) -> float:
-    """How long locust may run the search before it is cut short: every ramp at its limit."""
+    """How long locust may run the search before it is cut short: every ramp at its limit, and the
+    capacity measured again at every step on the way down (``headline.WINDOWS_AT_CAPACITY``)."""
     per_step = plan.ramp_limit_s + plan.window_s + 15
-    return plan.warmup_s + (len(plan.steps) + 1) * per_step + 60
+    again = (WINDOWS_AT_CAPACITY - 1) * (plan.window_s + max(1.0, plan.warmup_s) + 5)
+    return plan.warmup_s + (len(plan.steps) + 1) * per_step + len(plan.steps) * again + 60
 
 
 def locust_command(plan: Plan, files: str, url: str, csv, users: int | None, run_time: float) -> list[str]:
