@@ -318,7 +318,7 @@ def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_
     earlier = {"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "bcrypt": {**A_BOUND, "hashes_per_s": 9.0}}
     text = tables.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))
     this_run, earlier_run = text.index("Run of 2026-11-22 10:00 UTC"), text.index("Run of 2026-11-21 08:00 UTC")
-    notes = text.index("QPS at the bar: requests")
+    notes = text.index("QPS at the bar (the capacity")
     assert "bcrypt bound 8.0 hashes/s" in text[this_run:earlier_run]
     assert "bcrypt bound 9.0 hashes/s" in text[earlier_run:notes]
     assert "| 6 vertical |" in text[this_run:earlier_run] and "| 6 vertical |" not in text[earlier_run:notes]

@@ -314,10 +314,14 @@ REJUDGED = (
     "had no overload step); a stage's capacity is its last step before the first one that misses."
 )
 NOTES = (
-    "QPS at the bar: requests a second in the measured window of the highest step (users) whose ramp and "
-    "window both met the bar, before the first step that missed; ≥ when the search could not say more. "
-    "p95 of all requests and of each request type in that window; slowest request type: the highest p95 among "
-    "those with enough requests to be judged. Server CPU: user + system time of the dev server, or of nginx and "
+    "QPS at the bar (the capacity, one definition for every table, the chart and the overload share): the "
+    "median, over the windows measured at it, of the requests a second of the highest step (users) whose ramp "
+    "and first window met the bar and whose windows' median meets it too, before the first step that missed; "
+    "its spread (lowest-highest) and how many windows it rests on beside it; ≥ when the search could not say "
+    "more. Of the bcrypt bound: that QPS against the run's own probe (its library's hashes a second x 247/3). "
+    "p95 of all requests and of each request type: their medians over those windows; slowest request type: the "
+    "highest of them among those with enough requests to be judged. Server CPU: user + system time of the dev "
+    "server, or of nginx and "
     "uWSGI with all their processes, divided by the requests served. Stack ceiling: the same generator asking "
     "the stage's servers for `/healthz` with no think time; a lower bound when the generator, or the machine, "
     "was the bottleneck. Generator CPU: the load generator's share of the whole machine, and its CPU a request: "
