@@ -637,6 +637,9 @@ def test_quick_bench_measures_every_stage_to_the_end_of_its_search(quick_report)
         assert result["ceiling"]["rps"] > 0 and result["ceiling"]["failures"] == 0
         assert result["overload"]["users"] == 2 * best["users"], "one step past the best, measured"
         assert result["overload"]["goodput_rps"] > 0
+        assert result["capacity"]["windows"] == 2 and len(best["repeats"]) == 1, "measured again at capacity"
+        assert 0 < result["overload"]["users_served_share"] <= 1, "who got a task through, counted"
+        assert all(step["spawn_rate"] >= 1 for step in result["steps"])
     assert found["bcrypt"]["cost"] == 12, "the benchmark hashes at the app's default cost"
 
 
@@ -686,6 +689,7 @@ def test_quick_bench_writes_the_table_the_chart_and_raw_csvs(quick_report):
         assert (out / charts.chart_name(result)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 3 database, indexes |" in table
     assert list((out / "raw").glob("stage*_stats.csv"))
+    assert 0 < (out / "raw.tar.xz").stat().st_size < 1_000_000, "the raw data, compressed, small enough to commit"
     assert "stage 6 vertical · step 1/1 · window" in stdout, "progress is shown while it runs"
     assert "stage 6 vertical · overload step" in stdout
 

@@ -151,3 +151,33 @@ def test_a_report_is_the_same_whether_normalized_once_or_twice():
     report = runs.normalize(a_report(a_measured_stage()))
     again = runs.normalize(copy.deepcopy(report))
     assert tables.markdown(again) == tables.markdown(report)
+
+
+def test_a_run_whose_capacities_rest_on_fewer_than_three_windows_never_publishes(tmp_path):
+    from test_bench import a_checkout, every_stage, files_of
+
+    from tools.bench import report
+
+    root = a_checkout(tmp_path)
+    before = files_of(root)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    hurried = a_report(*every_stage())
+    hurried["plan"] = {**hurried["plan"], "capacity_windows": 2}
+    assert not report.write_reports(hurried, folder, root=root)
+    assert files_of(root) == before
+    assert report.publishes({**hurried, "plan": {**hurried["plan"], "capacity_windows": 3}}, folder, root=root)
+
+
+def test_the_windows_at_capacity_are_a_setting_a_quick_run_keeps_small():
+    from dataclasses import asdict
+
+    from tools import stages
+    from tools.bench import plan
+
+    assert plan.make_plan([6], False, {}).capacity_windows == 3
+    assert plan.make_plan([6], True, {}).capacity_windows == 2
+    more = plan.make_plan([6], False, {"TWEEPY_BENCH_CAPACITY_WINDOWS": "5"})
+    every = [s.number for s in stages.all_stages()]
+    assert plan.command_of(asdict(more), every) == 'TWEEPY_BENCH_CAPACITY_WINDOWS=5 make bench STAGES="6"'
+    assert plan.shape_environment(more, "out", [], 1.0)["TWEEPY_BENCH_CAPACITY_WINDOWS"] == "5"

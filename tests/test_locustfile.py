@@ -592,3 +592,24 @@ def test_a_worker_process_reports_its_served_visitors_to_the_master(protocol, mo
     assert report["tweepy_served"] == ["0-1"] and not protocol._served_since_report
     protocol._gather_served_visitors("worker-1", report)
     assert served.count() == 1
+
+
+def test_the_capacity_step_rests_on_as_many_windows_as_the_setting_asks(protocol, tmp_path, monkeypatch):
+    from tools.bench import capacity_shape
+
+    settings = {
+        "TWEEPY_BENCH_STEPS": "10",
+        "TWEEPY_BENCH_WINDOW": "30",
+        "TWEEPY_BENCH_WARMUP": "0",
+        "TWEEPY_BENCH_CAPACITY_WINDOWS": "2",
+        "TWEEPY_BENCH_OUT": str(tmp_path / "steps.json"),
+    }
+    shape, later = driven(capacity_shape, capacity_shape.SteppedCapacity, settings, monkeypatch)
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)
+    later(30)
+    measure_again(shape, later, 10, 330)
+    assert shape.capacity["windows"] == 2 and len(shape.results[0]["repeats"]) == 1
+    assert shape.state == "overload"

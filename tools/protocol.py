@@ -100,7 +100,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TWEEPY_BENCH_SPAWN_RATE", 5.0, "New users a second in a ramp (the bench sets a share of the hashing rate)", 0.1
     ),
-    Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the best step's (0: no overload step)", 0),
+    Setting(
+        "TWEEPY_BENCH_CAPACITY_WINDOWS",
+        3,
+        "Windows the capacity step rests on, the search's own included; a run publishes only with 3 or more",
+        1,
+    ),
+    Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the capacity's (0: no overload step)", 0),
     Setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS", 2400, "The overload step never runs more users than this", 1),
     Setting(
         "TWEEPY_BENCH_COLD_RATE", 5.0, "Users arriving a second in the cold start (a fresh stage, empty caches)", 0.1

@@ -7,7 +7,7 @@ new users up at ``TWEEPY_BENCH_SPAWN_RATE`` and waits until each has logged in o
 ``TWEEPY_BENCH_RAMP_LIMIT`` s; judges the ramp with the bar, first logins included; then measures
 a window of ``TWEEPY_BENCH_WINDOW`` s, judged request type by request type, and records it in
 ``TWEEPY_BENCH_OUT``. It stops at the first step that misses, goes back to the highest step that
-met the bar and measures it again until it rests on ``headline.WINDOWS_AT_CAPACITY`` windows
+met the bar and measures it again until it rests on ``TWEEPY_BENCH_CAPACITY_WINDOWS`` windows
 (a lower step when their median misses), then one overload step (``TWEEPY_BENCH_OVERLOAD`` times
 the capacity's users). ``"state": "done"`` only when all of this ran. Server CPU and memory are
 those of ``TWEEPY_BENCH_SERVER_PIDS`` and their children. Settings are in ``tools/protocol.py``.
@@ -24,7 +24,7 @@ from pathlib import Path
 from locust import LoadTestShape
 
 from tools.bench.figures import judged, overload_figures, overload_users, step_verdict, window_figures
-from tools.bench.headline import WINDOWS_AT_CAPACITY, capacity_of, overload_as_felt, windows_of
+from tools.bench.headline import capacity_of, overload_as_felt, windows_of
 from tools.bench.procfs import cpu_seconds, memory_mb, process_tree, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN, SERVED, bar_from_env, from_locust, numbers, setting
 from tweepy.passwords import HASHING_THREAD
@@ -53,6 +53,7 @@ class SteppedCapacity(LoadTestShape):
         self.warmup = setting("TWEEPY_BENCH_WARMUP")
         self.ramp_limit = setting("TWEEPY_BENCH_RAMP_LIMIT")
         self.overload_factor = setting("TWEEPY_BENCH_OVERLOAD")
+        self.capacity_windows = setting("TWEEPY_BENCH_CAPACITY_WINDOWS")
         self.overload_max = setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS")
         self.bar = bar_from_env()
         self.out = Path(setting("TWEEPY_BENCH_OUT"))
@@ -233,7 +234,7 @@ class SteppedCapacity(LoadTestShape):
             self._finish()  # no step met the bar: no capacity, nothing to overload
             return
         step = self.results[index]
-        if len(windows_of(step)) < WINDOWS_AT_CAPACITY:
+        if len(windows_of(step)) < self.capacity_windows:
             if self.state != "confirming" or self.confirming != index:
                 self.state, self.confirming = "confirming", index
                 self.previous_users, self.target = self.runner.user_count, step["users"]

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from tools.bench.figures import judged, median_and_spread, plain_stats, protocol_qps_bound
 from tools.protocol import AGGREGATED, Bar, RequestStats
 
-# How many windows a published capacity rests on: the search's own, then repeats at the same step.
-WINDOWS_AT_CAPACITY = 3
+# How many windows a published capacity rests on at least: the search's own, then repeats at its step.
+PUBLISHED_WINDOWS = 3
 # What a refused request's failure says (locustfile.explain): busy (503) or throttled (429).
 REFUSALS = ("got 503", "got 429")
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from tools import stages
-from tools.bench.headline import WINDOWS_AT_CAPACITY
 from tools.protocol import SETTINGS, Bar, bar_from_env, numbers, setting
 
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -24,6 +23,7 @@ class Plan:
     warmup_s: float = DEFAULTS["TWEEPY_BENCH_WARMUP"]
     ramp_limit_s: float = DEFAULTS["TWEEPY_BENCH_RAMP_LIMIT"]
     overload: float = DEFAULTS["TWEEPY_BENCH_OVERLOAD"]
+    capacity_windows: int = DEFAULTS["TWEEPY_BENCH_CAPACITY_WINDOWS"]
     overload_max_users: int = DEFAULTS["TWEEPY_BENCH_OVERLOAD_MAX_USERS"]
     ceiling_s: float = 15
     ceiling_users: int = DEFAULTS["TWEEPY_BENCH_CEILING_USERS"]
@@ -63,6 +63,7 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         ceiling_s=4,
         ceiling_users=10,
         spawn_share=0.25,
+        capacity_windows=2,  # one window again: the median's code runs, the ladder stays short
         cold_windows=1,
         recovery_window_s=4,
         recovery_limit_s=12,
@@ -77,6 +78,7 @@ ATTRIBUTES = {
     "TWEEPY_BENCH_WARMUP": "warmup_s",
     "TWEEPY_BENCH_RAMP_LIMIT": "ramp_limit_s",
     "TWEEPY_BENCH_OVERLOAD": "overload",
+    "TWEEPY_BENCH_CAPACITY_WINDOWS": "capacity_windows",
     "TWEEPY_BENCH_OVERLOAD_MAX_USERS": "overload_max_users",
     "TWEEPY_BENCH_CEILING_USERS": "ceiling_users",
     "TWEEPY_BENCH_COLD_RATE": "cold_rate",
@@ -117,9 +119,9 @@ def spawn_rate(plan: Plan, hashes_per_s: float) -> float:
 
 def search_time_limit(plan: Plan) -> float:
     """How long locust may run the search before it is cut short: every ramp at its limit, and the
-    capacity measured again at every step on the way down (``headline.WINDOWS_AT_CAPACITY``)."""
+    capacity measured again at every step on the way down (``Plan.capacity_windows``)."""
     per_step = plan.ramp_limit_s + plan.window_s + 15
-    again = (WINDOWS_AT_CAPACITY - 1) * (plan.window_s + max(1.0, plan.warmup_s) + 5)
+    again = (plan.capacity_windows - 1) * (plan.window_s + max(1.0, plan.warmup_s) + 5)
     return plan.warmup_s + (len(plan.steps) + 1) * per_step + len(plan.steps) * again + 60
 
 
@@ -145,6 +147,7 @@ def shape_environment(plan: Plan, out, server_pids: list[int], rate: float) -> d
         "TWEEPY_BENCH_WARMUP": str(plan.warmup_s),
         "TWEEPY_BENCH_RAMP_LIMIT": str(plan.ramp_limit_s),
         "TWEEPY_BENCH_OVERLOAD": str(plan.overload),
+        "TWEEPY_BENCH_CAPACITY_WINDOWS": str(plan.capacity_windows),
         "TWEEPY_BENCH_OVERLOAD_MAX_USERS": str(plan.overload_max_users),
         "TWEEPY_BENCH_OUT": str(out),
         "TWEEPY_BENCH_SERVER_PIDS": " ".join(map(str, server_pids)),
