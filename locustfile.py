@@ -1,17 +1,17 @@
 """The tweepy benchmark protocol: the same realistic traffic and the same pass/fail bar for every stage.
 
 A closed loop of Locust ``FastHttpUser``s, thinking 0.5-1.5 s between tasks, each logged in as a
-seeded ``user<k>`` of its own (password ``tweepy123``). Forms are filled as a browser fills them
-(the CSRF token from the last page fetched); redirects are never followed, so one locust request
-is one server request, and each status is checked: anything else fails with a short, stable
-message. A login refused as busy is tried again after its Retry-After. The tasks, their weights
-and requests, the bar and every setting are declared in ``tools/protocol.py``.
+seeded ``user<k>`` of its own (password ``tweepy123``), and back to it at every log in, even after
+registering another. Forms are filled as a browser fills them (the CSRF token of the last page);
+redirects are never followed, so one locust request is one server request, and each status is
+checked: anything else fails with a short, stable message. A login refused as busy is tried again
+after its Retry-After. The tasks, their weights, the bar and every setting are in ``tools/protocol.py``.
 
-How many users were seeded is asked of the server when a test starts, unless
-TWEEPY_SEED_USERS says. When locust quits, one line says ``BAR MET: ...`` or ``BAR MISSED: ...`` and a missed bar exits
-with 1; with ``--processes N`` or remote workers only the master judges. Pass the server with -H
-(default http://127.0.0.1:5000) and run it from the repository's root, which locust puts on
-``sys.path`` so that ``tools.protocol`` imports. stages/1-protocol/README.md says why it is so.
+How many users were seeded is asked of the server when a test starts, unless TWEEPY_SEED_USERS
+says. When locust quits, one line says ``BAR MET: ...`` or ``BAR MISSED: ...`` and a missed bar
+exits with 1; with ``--processes N`` or remote workers only the master judges. Pass the server with
+-H (default http://127.0.0.1:5000) and run it from the repository's root, which locust puts on
+``sys.path`` so that ``tools.protocol`` imports; stages/1-protocol/README.md says why it is so.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from tools.protocol import (
     FIRST_LOGIN,
     NEW_USER_PASSWORD,
     SEED_PASSWORD,
+    SERVED,
+    TASK_ENDS,
     WEIGHTS,
     bar_from_env,
     csrf_token_of,
@@ -126,6 +128,9 @@ def user_exists_at(host: str) -> Callable[[int], bool]:
 
 
 _accounts_handed_out = itertools.count()
+_visitors = itertools.count()
+# Visitors of a worker process who got a task through since its last report to the master.
+_served_since_report: set[str] = set()
 
 
 def next_seed_account(worker_index: int = 0) -> int:
@@ -137,6 +142,12 @@ def next_seed_account(worker_index: int = 0) -> int:
     """
     processes = setting("LOCUST_PROCESSES")
     return (next(_accounts_handed_out) * processes + worker_index % processes) % SEED_USERS + 1
+
+
+def seeded_account(seed_index: int) -> tuple[str, str]:
+    """The account a visitor logs in as, every time: its own seeded one, even after registering
+    another, so the people reading timelines stay the seeded population however long the run."""
+    return f"user{seed_index}", SEED_PASSWORD
 
 
 class Visitor(FastHttpUser):
@@ -153,9 +164,10 @@ class Visitor(FastHttpUser):
         self.retry_at = 0.0  # when a busy site asked to be tried again (time.monotonic())
         self.logged_in = False
         self.followed: set[str] = set()
-        self.seed_index: int | None = next_seed_account(getattr(self.environment.runner, "worker_index", 0))
-        self.name = f"user{self.seed_index}"
-        self.password = SEED_PASSWORD
+        worker_index = getattr(self.environment.runner, "worker_index", 0)
+        self.key = f"{worker_index}-{next(_visitors)}"  # who this visitor is, among every process's
+        self.seed_index = next_seed_account(worker_index)
+        self.name, self.password = seeded_account(self.seed_index)
         # Named apart so the benchmark can tell when every user has logged in once.
         self.log_in(name=FIRST_LOGIN)
 
@@ -173,6 +185,7 @@ class Visitor(FastHttpUser):
                 return False
             self.token = token
             response.success()
+            self._done(f"GET {name or path}")
             return True
 
     def _form(self, path: str, fields: dict[str, str], name: str | None = None, to: str | None = None) -> str | None:
@@ -192,7 +205,16 @@ class Visitor(FastHttpUser):
                 response.failure(f"expected 303 to {to}, got {self._explain(response)}")
                 return None
             response.success()
+            self._done(f"POST {name or path}")
             return target
+
+    def _done(self, request: str) -> None:
+        """Count this visitor as served when the request ends a protocol task."""
+        if request in TASK_ENDS:
+            if isinstance(self.environment.runner, WorkerRunner):
+                _served_since_report.add(self.key)
+            else:
+                SERVED.add((self.key,))
 
     @staticmethod
     def _explain(response) -> str:
@@ -206,7 +228,11 @@ class Visitor(FastHttpUser):
         gevent.sleep(max(0.0, self.retry_at - time.monotonic()))  # as long as a refusal asked
         if not self._page("/"):
             return
-        fields = {"name": self.name, "password": self.password, "next": ""}
+        account, password = seeded_account(self.seed_index)
+        if account != self.name:  # back from the account it registered: whom that one followed is not its own
+            self.followed.clear()
+        self.name, self.password = account, password
+        fields = {"name": account, "password": password, "next": ""}
         self.logged_in = self._form("/", fields, name=name, to="/tweets/") is not None
         if self.logged_in:
             self._page("/tweets/")  # where the browser lands, with the new session's token
@@ -244,7 +270,7 @@ class Visitor(FastHttpUser):
         target = self._form("/register/", fields)
         if target is None:
             return
-        self.name, self.password, self.seed_index = name, NEW_USER_PASSWORD, None
+        self.name, self.password = name, NEW_USER_PASSWORD
         self.followed.clear()
         if target != "/tweets/":  # the contract lets registering send people to the login form instead
             self.log_in()
@@ -323,6 +349,21 @@ def _learn_how_many_users_are_seeded(environment, **_kwargs) -> None:
             gevent.spawn(environment.runner.quit)
         return
     logging.info("%s holds %d seeded users (user1..user%d)", host, SEED_USERS, SEED_USERS)
+
+
+# --- Who was served, from worker processes to the master ----------------------------------------
+
+
+@events.report_to_master.add_listener
+def _report_served_visitors(client_id, data, **_kwargs) -> None:
+    # The master adds them to the window it is measuring: a report's interval is the window's slack.
+    data["tweepy_served"] = sorted(_served_since_report)
+    _served_since_report.clear()
+
+
+@events.worker_report.add_listener
+def _gather_served_visitors(client_id, data, **_kwargs) -> None:
+    SERVED.add(data.get("tweepy_served") or ())
 
 
 # --- The verdict ------------------------------------------------------------------------------

@@ -183,10 +183,10 @@ def test_the_overload_step_runs_twice_the_best_steps_users_within_its_bound():
     assert figures.overload_users(400, 0, 2400) is None, "switched off"
 
 
-def test_the_overload_steps_goodput_is_its_successful_requests_a_second_against_the_capacity():
+def test_the_overload_steps_successful_requests_and_failed_share_are_counted():
     window = {"requests": 6000, "failures": 600, "window_s": 30.0, "max_ms": 60_000}
-    found = figures.overload_figures(window, capacity_rps=300.0)
-    assert found == {"goodput_rps": 180.0, "goodput_pct_of_capacity": 60.0, "failure_share": 0.1, "max_ms": 60_000}
+    found = figures.overload_figures(window)
+    assert found == {"goodput_rps": 180.0, "failure_share": 0.1, "max_ms": 60_000}
 
 
 # --- the capacity model -------------------------------------------------------------------------------
@@ -318,7 +318,7 @@ def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_
     earlier = {"date": "2026-11-21 08:00 UTC", "commit": "0ld0ld0", "bcrypt": {**A_BOUND, "hashes_per_s": 9.0}}
     text = tables.markdown(a_report(a_stage(5, "concurrency", run=earlier), a_stage()))
     this_run, earlier_run = text.index("Run of 2026-11-22 10:00 UTC"), text.index("Run of 2026-11-21 08:00 UTC")
-    notes = text.index("QPS at the bar: requests")
+    notes = text.index("QPS at the bar (the capacity")
     assert "bcrypt bound 8.0 hashes/s" in text[this_run:earlier_run]
     assert "bcrypt bound 9.0 hashes/s" in text[earlier_run:notes]
     assert "| 6 vertical |" in text[this_run:earlier_run] and "| 6 vertical |" not in text[earlier_run:notes]
@@ -328,7 +328,9 @@ def test_figures_against_a_bcrypt_bound_are_grouped_by_the_run_whose_probe_they_
 def test_the_reports_show_each_shown_request_types_p95_and_the_slowest():
     text = tables.markdown(a_report())
     assert "log in `POST /` | register `POST /register/` | timeline `GET /tweets/` | write `POST /tweets/`" in text
-    assert "| 160.0 | 300 | 600 | 650 | 250 | 280 | `POST /register/` 650 ms |" in text.replace("**", "")
+    assert "| 160.0 (1 window) | 24% | 300 | 600 | 650 | 250 | 280 | `POST /register/` 650 ms |" in text.replace(
+        "**", ""
+    )
 
 
 def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_request():
@@ -344,7 +346,7 @@ def test_the_generator_column_shows_its_share_of_the_machine_and_its_cpu_a_reque
 def test_a_search_cut_short_never_shows_its_last_passing_step_as_the_capacity():
     cut = a_stage(search={"state": "cut short", "ended": "", "note": "locust exited with code -9 in the window"})
     text = tables.markdown(a_report(cut))
-    assert "≥ 160.0 (search cut short)" in text and "**160.0**" not in text
+    assert "≥ 160.0 (1 window; search cut short)" in text and "**160.0**" not in text
     assert "search cut short: locust exited with code -9 in the window" in text
 
 
@@ -635,6 +637,9 @@ def test_quick_bench_measures_every_stage_to_the_end_of_its_search(quick_report)
         assert result["ceiling"]["rps"] > 0 and result["ceiling"]["failures"] == 0
         assert result["overload"]["users"] == 2 * best["users"], "one step past the best, measured"
         assert result["overload"]["goodput_rps"] > 0
+        assert result["capacity"]["windows"] == 2 and len(best["repeats"]) == 1, "measured again at capacity"
+        assert 0 < result["overload"]["users_served_share"] <= 1, "who got a task through, counted"
+        assert all(step["spawn_rate"] >= 1 for step in result["steps"])
     assert found["bcrypt"]["cost"] == 12, "the benchmark hashes at the app's default cost"
 
 
@@ -684,6 +689,7 @@ def test_quick_bench_writes_the_table_the_chart_and_raw_csvs(quick_report):
         assert (out / charts.chart_name(result)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 3 database, indexes |" in table
     assert list((out / "raw").glob("stage*_stats.csv"))
+    assert 0 < (out / "raw.tar.xz").stat().st_size < 1_000_000, "the raw data, compressed, small enough to commit"
     assert "stage 6 vertical · step 1/1 · window" in stdout, "progress is shown while it runs"
     assert "stage 6 vertical · overload step" in stdout
 

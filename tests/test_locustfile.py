@@ -453,27 +453,163 @@ def test_a_ramp_that_never_finishes_misses_its_step_with_the_reason(search):
     step = shape.results[1]
     assert not step["met_bar"]
     assert step["reasons"][0] == "ramp not finished in 60s: 15 of 20 users running, 5 of 10 first logins"
-    assert shape.state == "overload" and shape.target == 20, "then the overload step, at twice the best step"
+    assert shape.state == "confirming" and shape.target == 10, "then the capacity step, measured again"
 
 
-def test_the_overload_step_past_the_last_passing_step_reports_its_goodput(search):
+def measure_again(shape, later, users, *served):
+    """The shape back at a step of ``users`` (the users past it stopped), one window a ``served`` figure."""
+    shape.runner.user_count = users
+    later(1)  # settled: the first window again at this step starts
+    for requests in served:
+        assert shape.state == "confirming" and shape.phase == "window" and shape.target == users
+        serve(shape, *requests) if isinstance(requests, tuple) else serve(shape, requests)
+        later(30)
+
+
+def test_the_capacity_step_is_measured_until_it_rests_on_three_windows_and_its_median_is_the_headline(search):
     shape, later = search
     later(0)
     log_in(shape, 10)
     later(1)
-    serve(shape, 300)  # 10 requests a second: the capacity
+    serve(shape, 300)
     later(30)
     log_in(shape, 20, p95=4000)  # the second step's first logins are too slow
     later(1)
     serve(shape, 450)
     later(30)
     assert [s["met_bar"] for s in shape.results] == [True, False]
+    assert shape.state == "confirming" and shape.target == 10
+    measure_again(shape, later, 10, 270, 330)  # 9 and 11 requests a second, beside the search's 10
+    step = shape.results[0]
+    assert len(step["repeats"]) == 2 and step["spawn_rate"] == shape.spawn_rate
+    assert shape.capacity["windows"] == 3 and shape.capacity["users"] == 10
+    assert shape.capacity["rps"] == {"median": 10.0, "min": 9.0, "max": 11.0}
+    assert shape.state == "overload" and shape.target == 20, "then the overload step, at twice the capacity's users"
+
+
+def test_a_capacity_step_whose_median_misses_gives_way_to_the_step_below_measured_again(search):
+    shape, later = search
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)
+    later(30)
+    log_in(shape, 20)
+    later(1)
+    serve(shape, 600)
+    later(30)
+    assert shape.results[1]["met_bar"] and shape.ended.startswith("every step met the bar")
+    measure_again(shape, later, 20, (600, 2), (600, 1))  # two of its three windows fail requests
+    assert shape.capacity is None or shape.capacity["users"] != 20
+    measure_again(shape, later, 10, 300, 300)
+    assert shape.capacity["users"] == 10 and shape.capacity["windows"] == 3
+    assert shape.state == "overload" and shape.target == 20
+
+
+def test_the_overload_step_past_the_capacity_reports_its_goodput_in_completed_tasks(search):
+    shape, later = search
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)  # 10 timelines a second: the capacity
+    later(30)
+    log_in(shape, 20, p95=4000)  # the second step's first logins are too slow
+    later(1)
+    serve(shape, 450)
+    later(30)
+    measure_again(shape, later, 10, 300, 300)
     assert shape.state == "overload"
-    later(1)  # nobody new to log in: the overload window starts
+    log_in(shape, 20)  # its ten new users log in
+    later(1)
     serve(shape, 300, failures=60, p95=9000)
+    shape.runner.stats.log("GET /", 500)  # refused visitors fetching the login form again: no task
     later(30)
     overload = shape.overload
-    assert overload["users"] == 20 and overload["capacity_rps"] == 10.0
-    assert overload["goodput_rps"] == 8.0 and overload["goodput_pct_of_capacity"] == 80.0
-    assert overload["failure_share"] == 0.2 and overload["max_ms"] == 9000
+    assert overload["users"] == 20 and overload["capacity_tasks_per_s"] == 10.0
+    assert overload["goodput_tasks_per_s"] == 8.0 and overload["goodput_pct_of_capacity"] == 80.0
+    assert overload["goodput_rps"] == 24.7, "its successful requests, login forms included, are kept apart"
+    assert overload["failure_share"] == round(60 / 800, 4) and overload["max_ms"] == 9000
     assert shape.state == "done" and later(1) is None
+
+
+# Who logs in, and who was served
+
+
+def a_visitor(protocol, seed_index=7, runner=None):
+    """A Visitor without locust around it: its requests answer as the stubs given to it say."""
+    from types import SimpleNamespace
+
+    visitor = object.__new__(protocol.Visitor)
+    visitor.environment = SimpleNamespace(runner=runner)
+    visitor.key, visitor.seed_index = "0-1", seed_index
+    visitor.name, visitor.password = protocol.seeded_account(seed_index)
+    visitor.token, visitor.retry_at, visitor.logged_in, visitor.followed = None, 0.0, True, set()
+    return visitor
+
+
+def test_a_visitor_who_registered_logs_in_next_as_its_own_seeded_account(protocol):
+    visitor = a_visitor(protocol, seed_index=7)
+    sent = []
+    answers = {"/logout/": "/", "/register/": "/tweets/", "/": "/tweets/"}
+    visitor._page = lambda path, name=None: True
+    visitor._form = lambda path, fields, name=None, to=None: sent.append((path, fields, name)) or answers[path]
+    protocol.Visitor.register(visitor)
+    registered = sent[-1][1]["name"]
+    assert sent[-1][0] == "/register/" and visitor.name == registered != "user7", "carries on as the new account"
+    visitor.followed.add("user3")  # followed as the new account
+    protocol.Visitor.log_out_and_in(visitor)
+    path, fields, stats_name = sent[-1]
+    assert path == "/" and (fields["name"], fields["password"]) == ("user7", shared.SEED_PASSWORD)
+    assert stats_name is None, "counted as any log in, POST /"
+    assert visitor.name == "user7" and visitor.logged_in
+    assert not visitor.followed, "whom the new account followed is not the seeded one's"
+
+
+def test_a_visitor_counts_as_served_only_once_a_request_ending_a_task_got_through(protocol, monkeypatch):
+    served = shared.ServedVisitors()
+    monkeypatch.setattr(protocol, "SERVED", served)
+    visitor = a_visitor(protocol)
+    for request in ("GET /", "POST /", "POST /logout/", "GET /register/"):  # a refused user's retries among them
+        visitor._done(request)
+    assert served.count() == 0
+    visitor._done("GET /tweets/")
+    visitor._done("POST /users/[name]/follow")
+    assert served.count() == 1, "one visitor, however many tasks"
+    served.start()
+    assert served.count() == 0, "each window counts its own"
+
+
+def test_a_worker_process_reports_its_served_visitors_to_the_master(protocol, monkeypatch):
+    served = shared.ServedVisitors()
+    monkeypatch.setattr(protocol, "SERVED", served)
+    worker = object.__new__(protocol.WorkerRunner)  # only its kind is asked
+    worker.greenlet = None
+    visitor = a_visitor(protocol, runner=worker)
+    visitor._done("GET /tweets/")
+    assert served.count() == 0, "the worker does not count them: the master does"
+    report = {}
+    protocol._report_served_visitors("worker-1", report)
+    assert report["tweepy_served"] == ["0-1"] and not protocol._served_since_report
+    protocol._gather_served_visitors("worker-1", report)
+    assert served.count() == 1
+
+
+def test_the_capacity_step_rests_on_as_many_windows_as_the_setting_asks(protocol, tmp_path, monkeypatch):
+    from tools.bench import capacity_shape
+
+    settings = {
+        "TWEEPY_BENCH_STEPS": "10",
+        "TWEEPY_BENCH_WINDOW": "30",
+        "TWEEPY_BENCH_WARMUP": "0",
+        "TWEEPY_BENCH_CAPACITY_WINDOWS": "2",
+        "TWEEPY_BENCH_OUT": str(tmp_path / "steps.json"),
+    }
+    shape, later = driven(capacity_shape, capacity_shape.SteppedCapacity, settings, monkeypatch)
+    later(0)
+    log_in(shape, 10)
+    later(1)
+    serve(shape, 300)
+    later(30)
+    measure_again(shape, later, 10, 330)
+    assert shape.capacity["windows"] == 2 and len(shape.results[0]["repeats"]) == 1
+    assert shape.state == "overload"

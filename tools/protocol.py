@@ -100,7 +100,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TWEEPY_BENCH_SPAWN_RATE", 5.0, "New users a second in a ramp (the bench sets a share of the hashing rate)", 0.1
     ),
-    Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the best step's (0: no overload step)", 0),
+    Setting(
+        "TWEEPY_BENCH_CAPACITY_WINDOWS",
+        3,
+        "Windows the capacity step rests on, the search's own included; a run publishes only with 3 or more",
+        1,
+    ),
+    Setting("TWEEPY_BENCH_OVERLOAD", 2.0, "Users of the overload step, times the capacity's (0: no overload step)", 0),
     Setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS", 2400, "The overload step never runs more users than this", 1),
     Setting(
         "TWEEPY_BENCH_COLD_RATE", 5.0, "Users arriving a second in the cold start (a fresh stage, empty caches)", 0.1
@@ -243,6 +249,27 @@ def completed_tasks(by_type: Iterable[RequestStats]) -> int:
 def hashes_done(by_type: Iterable[RequestStats]) -> int:
     """bcrypt hashes the server did for these requests: every successful log in and registration."""
     return sum(t.requests - t.failures for t in by_type if t.name in HASHING)
+
+
+class ServedVisitors:
+    """Which visitors got at least one protocol task through since a window began, by a key of
+    their own: the locustfile adds them as their tasks end (a worker process ships its own to the
+    master with its periodic report), the load shape reads how many at the end of a window."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def start(self) -> None:
+        self.keys.clear()
+
+    def add(self, keys: Iterable[str]) -> None:
+        self.keys.update(keys)
+
+    def count(self) -> int:
+        return len(self.keys)
+
+
+SERVED = ServedVisitors()
 
 
 _CSRF_INPUT = re.compile(r"""<input\b[^>]*\bname\s*=\s*["']?csrf_token["'\s/>][^>]*>""", re.IGNORECASE)

@@ -6,17 +6,18 @@
     python -m tools.bench --report FOLDER      redo the reports from FOLDER/results.json
     python -m tools.bench --keep-from FOLDER   take the stages not run now from an earlier run
     python -m tools.bench --stages 7 --set TWEEPY_GEVENT=0 --out FOLDER    a variant, into FOLDER only
+    python -m tools.bench --split 1/2          part 1 of a run in 2: its half of the ladder, and stage 4
+    python -m tools.bench --compose A B        one ladder from the parts' folders, ratios to stage 4
+    python -m tools.bench --recompute FOLDER   every figure made again from FOLDER/raw.tar.xz
 
-First the bcrypt bound (``machine.bcrypt_bound``), then each stage (``measure.bench_stage``) on a
-fresh copy of one seeded database: its stack ceiling, its capacity search and overload step. A
-crashed stage or a search cut short is reported as such and the run exits with 1. Results go to
-``results/<date>-<host>/``; only a run that measured every stage publishes (``report``). Settings
-are declared in ``tools/protocol.py``; loading from other machines is in the README.
-"""
+The bcrypt bound, then each stage (``measure.bench_stage``) on a fresh copy of one seeded database;
+a crashed stage or a search cut short exits with 1. Only a run (or parts) that measured every stage
+publishes (``report``), its raw data kept. Settings: ``tools/protocol.py``; other hosts: the README."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import socket
@@ -29,9 +30,12 @@ from tools import stages
 from tools.bench.machine import ROOT, bcrypt_bound, generator, git_commit, machine, say
 from tools.bench.measure import bench_stage, crashed_stage
 from tools.bench.plan import make_plan
+from tools.bench.raw import pack, recompute, unpacked
 from tools.bench.report import write_reports
-from tools.bench.runs import RESULTS, in_ladder_order
+from tools.bench.runs import RESULTS, in_ladder_order, normalize
 from tools.bench.serving import WORK, seeded_master
+from tools.bench.split import compose, measured_in_part, parse_split, part_stages
+from tools.bench.tables import markdown
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -52,6 +56,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="only redo the table and chart from FOLDER/results.json, and the READMEs if it measured every stage",
     )
     parser.add_argument(
+        "--recompute", type=Path, metavar="FOLDER", help="make every figure again from FOLDER's raw data"
+    )
+    parser.add_argument("--split", default="", metavar="K/N", help="measure part K of a run made in N parts")
+    parser.add_argument(
+        "--compose", nargs="+", type=Path, metavar="FOLDER", help="one ladder from the folders of a split run's parts"
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -67,6 +78,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.variant[name] = value
     if args.variant and not args.out:
         parser.error("--set measures a variant of the stages: give it a folder of its own with --out")
+    if args.split:
+        try:
+            parse_split(args.split)
+        except ValueError as error:
+            parser.error(str(error))
+        if args.stages or args.keep_from:
+            parser.error("--split chooses its own stages: give neither --stages nor --keep-from")
     return args
 
 
@@ -74,7 +92,29 @@ def results_folder(plan, now: datetime) -> Path:
     """A run's own folder under results/, named for its stages when it left some out."""
     every = {s.number for s in stages.all_stages()}
     some = "" if set(plan.stages) >= every else "-stages-" + "-".join(map(str, plan.stages))
+    if plan.split:
+        some = "-part-{}-of-{}".format(*parse_split(plan.split))
     return RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}{some}"
+
+
+def shown_path(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def plan_of(args: argparse.Namespace):
+    """The plan the command line asks for: its stages (a part's share, with its control), variant and folders."""
+    every = [s.number for s in stages.all_stages()]
+    numbers = [int(n) for n in args.stages.replace(",", " ").split()] or every
+    if args.split:
+        numbers = part_stages(every, args.split)
+    plan = make_plan(numbers, args.quick, os.environ)
+    plan.variant, plan.split = args.variant, args.split
+    if args.keep_from:
+        plan.kept_from = shown_path(args.keep_from)
+    if args.out:
+        plan.out = shown_path(args.out)
+    return plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,18 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads((folder / "results.json").read_text())
         write_reports(report, folder)
         return 0
+    if args.compose:
+        return compose_parts(args.compose, args.out)
+    if args.recompute:
+        return recompute_from_raw(args.recompute.resolve())
 
-    numbers = [int(n) for n in args.stages.replace(",", " ").split()] or [s.number for s in stages.all_stages()]
-    plan = make_plan(numbers, args.quick, os.environ)
-    plan.variant = args.variant
-    if args.keep_from:
-        kept = args.keep_from.resolve()
-        plan.kept_from = str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept)
+    plan = plan_of(args)
     now = datetime.now(UTC)
     folder = args.out or (WORK / "quick" if args.quick else results_folder(plan, now))
-    if args.out:
-        out = args.out.resolve()
-        plan.out = str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out)
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
 
@@ -123,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     # Each step, after its parts (a step that changes several things measures each half on its own).
     measured = [part for n in plan.stages for part in (*stages.get_stage(n).parts(), stages.get_stage(n))]
+    if plan.split:
+        measured = measured_in_part(plan.stages, plan.split)
     for stage in measured:
         stage.settings = {**stage.settings, **plan.variant}
         if plan.variant:
@@ -137,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         report["stages"].sort(key=in_ladder_order)
         (folder / "results.json").write_text(json.dumps(report, indent=1))
 
+    archive = pack(folder)
+    say(f"raw data kept in {shown_path(archive)} ({archive.stat().st_size / 1024:.0f} KiB)")
     incomplete = [f"{r['stage']} {r['name']}" for r in report["stages"] if r["search"]["state"] != "complete"]
     if not write_reports(report, folder):
         say("a partial run, a smoke run or a variant: results/LATEST.md and the READMEs are left as they were")
@@ -145,6 +185,38 @@ def main(argv: list[str] | None = None) -> int:
         say(f"done, but the search of stage(s) {incomplete} did not run to its end: {shown}/RESULTS.md")
         return 1
     say(f"done: {shown}/RESULTS.md")
+    return 0
+
+
+def recompute_from_raw(folder: Path) -> int:
+    """The run's reports made again from its raw data; 1 if a figure differs from its results.json."""
+    report = json.loads((folder / "results.json").read_text())
+    again = recompute(report, unpacked(folder))
+    before, after = markdown(normalize(report)).splitlines(), markdown(normalize(copy.deepcopy(again))).splitlines()
+    write_reports(again, folder)
+    differing = [line for line in after if line not in before]
+    for line in differing:
+        say(f"  recomputed differently: {line}")
+    say(f"{len(differing)} line(s) of {shown_path(folder)}/RESULTS.md differ from results.json's figures")
+    return 1 if differing else 0
+
+
+def compose_parts(folders: list[Path], out: Path | None) -> int:
+    """One ladder from a split run's parts, into a folder of its own; published if, across them, every
+    stage was measured."""
+    shown = [shown_path(folder) for folder in folders]
+    parts = [json.loads((folder / "results.json").read_text()) for folder in folders]
+    now = datetime.now(UTC)
+    try:
+        report = compose(parts, shown, f"{now:%Y-%m-%d %H:%M} UTC", git_commit())
+    except ValueError as error:
+        say(f"cannot compose these parts: {error}")
+        return 2
+    folder = out or RESULTS / f"{now:%Y-%m-%d-%H%M}-composed-of-{len(parts)}-parts"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(report, indent=1))
+    published = write_reports(report, folder)
+    say(f"composed {len(parts)} parts into {folder}/RESULTS.md" + ("" if published else " (not published)"))
     return 0
 
 

@@ -6,10 +6,11 @@ A locust load shape that steps the users up (``TWEEPY_BENCH_STEPS``). At each st
 new users up at ``TWEEPY_BENCH_SPAWN_RATE`` and waits until each has logged in once, at most
 ``TWEEPY_BENCH_RAMP_LIMIT`` s; judges the ramp with the bar, first logins included; then measures
 a window of ``TWEEPY_BENCH_WINDOW`` s, judged request type by request type, and records it in
-``TWEEPY_BENCH_OUT``. It stops at the first step that misses, then measures one overload step
-(``TWEEPY_BENCH_OVERLOAD`` times the best step's users) the same way. The output says
-``"state": "done"`` only when all of this ran. Server CPU and memory are those of
-``TWEEPY_BENCH_SERVER_PIDS`` and their children. Settings are declared in ``tools/protocol.py``.
+``TWEEPY_BENCH_OUT``. It stops at the first step that misses, goes back to the highest step that
+met the bar and measures it again until it rests on ``TWEEPY_BENCH_CAPACITY_WINDOWS`` windows
+(a lower step when their median misses), then one overload step (``TWEEPY_BENCH_OVERLOAD`` times
+the capacity's users). ``"state": "done"`` only when all of this ran. Server CPU and memory are
+those of ``TWEEPY_BENCH_SERVER_PIDS`` and their children. Settings are in ``tools/protocol.py``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from pathlib import Path
 from locust import LoadTestShape
 
 from tools.bench.figures import judged, overload_figures, overload_users, step_verdict, window_figures
+from tools.bench.headline import capacity_of, overload_as_felt, windows_of
 from tools.bench.procfs import cpu_seconds, memory_mb, process_tree, thread_cpu_seconds
-from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, setting
+from tools.protocol import FIRST_LOGIN, SERVED, bar_from_env, from_locust, numbers, setting
 from tweepy.passwords import HASHING_THREAD
 
 # --- the search --------------------------------------------------------------------------------
@@ -40,7 +42,8 @@ def tiers_from(text: str) -> dict[str, list[int]]:
 
 
 class SteppedCapacity(LoadTestShape):
-    """Step up users until the bar is missed, judging each step's ramp and window; then one overload step."""
+    """Step up users until the bar is missed, judging each step's ramp and window; then more windows at
+    the capacity step, and one overload step."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,13 +53,14 @@ class SteppedCapacity(LoadTestShape):
         self.warmup = setting("TWEEPY_BENCH_WARMUP")
         self.ramp_limit = setting("TWEEPY_BENCH_RAMP_LIMIT")
         self.overload_factor = setting("TWEEPY_BENCH_OVERLOAD")
+        self.capacity_windows = setting("TWEEPY_BENCH_CAPACITY_WINDOWS")
         self.overload_max = setting("TWEEPY_BENCH_OVERLOAD_MAX_USERS")
         self.bar = bar_from_env()
         self.out = Path(setting("TWEEPY_BENCH_OUT"))
         self.server_roots = list(numbers(setting("TWEEPY_BENCH_SERVER_PIDS")))
         self.tiers = tiers_from(setting("TWEEPY_BENCH_TIERS"))
         self.cores = os.cpu_count() or 1
-        self.state = "searching"  # then "overload", then "done"
+        self.state = "searching"  # then "confirming", "overload" and "done"
         self.ended = ""
         self.index = 0
         self.target = self.steps[0]
@@ -66,6 +70,8 @@ class SteppedCapacity(LoadTestShape):
         self.ramp_started = 0.0
         self.results: list[dict] = []
         self.overload: dict | None = None
+        self.confirming = -1  # the index of the step measured again
+        self.capacity: dict | None = None
         self.ramp: dict = {}
         self.before: dict | None = None
         self.window_start: dict = {}
@@ -81,6 +87,9 @@ class SteppedCapacity(LoadTestShape):
             self._ramp(now)
         elif self.phase == "warmup" and now - self.phase_started >= self.warmup:
             self._enter("window", now)
+        elif self.phase == "settle" and now - self.phase_started >= max(1.0, self.warmup):
+            if self.runner.user_count <= self.target:  # the users past the step have stopped
+                self._enter("window", now)
         elif self.phase == "window":
             self.peak_memory = max(self.peak_memory, memory_mb(process_tree(self.server_roots)))
             if now - self.phase_started >= self.window:
@@ -122,7 +131,7 @@ class SteppedCapacity(LoadTestShape):
 
     def _enter(self, phase: str, now: float) -> None:
         stats = self.runner.stats
-        if phase == "window":
+        if phase == "window" and self.state != "confirming":
             # Everything users did since the ramp began is judged before the window's statistics start.
             self.before = self._judged_since_reset(now - self.ramp_started)
         self.phase, self.phase_started = phase, now
@@ -134,6 +143,7 @@ class SteppedCapacity(LoadTestShape):
             stats.reset_all()
             self.peak_memory = memory_mb(process_tree(self.server_roots))
             self.window_start = self._cpu_now(now)
+            SERVED.start()
 
     def _judged_since_reset(self, seconds: float) -> dict:
         by_type, total = from_locust(self.runner.stats)
@@ -175,38 +185,69 @@ class SteppedCapacity(LoadTestShape):
             p50_ms=stats.total.get_response_time_percentile(0.5),
             p99_ms=stats.total.get_response_time_percentile(0.99),
             peak_server_memory_mb=round(self.peak_memory, 1),
+            users_served=SERVED.count(),
             errors={f"{e.method} {e.name}: {e.error}": e.occurrences for e in stats.errors.values()},
         )
         self._record(window)
 
     def _record(self, window: dict | None) -> None:
+        now = time.monotonic()
+        if self.state == "confirming":
+            self.results[self.confirming].setdefault("repeats", []).append(window)
+            self._confirm(self.confirming, now)
+            return
         met, reasons = step_verdict(self.before, window, self.ramp.get("ramp_problem"))
         if window is not None:
             window["window_met"] = window.pop("met")
-        step = {"users": self.target, **self.ramp, **(window or {}), "ramp": self.before, "met_bar": met}
+        step = {
+            "users": self.target,
+            "spawn_rate": self.spawn_rate,
+            **self.ramp,
+            **(window or {}),
+            "ramp": self.before,
+            "met_bar": met,
+        }
         if reasons:
             step["reasons"] = reasons
-        now = time.monotonic()
         if self.state == "overload":
-            capacity = max((s["rps"] for s in self.results if s["met_bar"]), default=0)
-            self.overload = {**step, **overload_figures(window or {}, capacity), "capacity_rps": capacity}
+            felt = overload_as_felt(window or {}, self.capacity)
+            self.overload = {**step, **overload_figures(window or {}), **felt}
             self._finish()
             return
         self.results.append(step)
         self._write()
         if not met:
-            self._overload(f"missed at {self.target} users", now)
+            self.ended = f"missed at {self.target} users"
         elif self.index + 1 < len(self.steps):
             self.index += 1
             self.previous_users, self.target = self.target, self.steps[self.index]
             self._enter("ramp", now)
+            return
         else:
-            self._overload(f"every step met the bar, up to {self.target} users", now)
+            self.ended = f"every step met the bar, up to {self.target} users"
+        self._confirm(max((i for i, s in enumerate(self.results) if s["met_bar"]), default=-1), now)
 
-    def _overload(self, ended: str, now: float) -> None:
-        self.ended = ended
-        best = max((s["users"] for s in self.results if s["met_bar"]), default=None)
-        users = overload_users(best, self.overload_factor, self.overload_max)
+    def _confirm(self, index: int, now: float) -> None:
+        """Measure the step at ``index`` until it rests on enough windows; if their median misses the
+        bar, the step below it; then the overload step past the capacity so found."""
+        if index < 0:
+            self._finish()  # no step met the bar: no capacity, nothing to overload
+            return
+        step = self.results[index]
+        if len(windows_of(step)) < self.capacity_windows:
+            if self.state != "confirming" or self.confirming != index:
+                self.state, self.confirming = "confirming", index
+                self.previous_users, self.target = self.runner.user_count, step["users"]
+                self._enter("settle", now)
+            else:
+                self._enter("window", now)
+            return
+        best, self.capacity = capacity_of(self.results[: index + 1], self.bar)
+        if best is not step:
+            self._confirm(index - 1, now)
+            return
+        self._write()
+        users = overload_users(step["users"], self.overload_factor, self.overload_max)
         if users is None:
             self._finish()
             return
@@ -222,7 +263,7 @@ class SteppedCapacity(LoadTestShape):
         total = self.runner.stats.total
         self.progress = {
             "phase": self.phase,
-            "step": "overload" if self.state == "overload" else self.index + 1,
+            "step": {"overload": "overload", "confirming": "capacity"}.get(self.state, self.index + 1),
             "of_steps": len(self.steps),
             "target_users": self.target,
             "users": self.runner.user_count,
@@ -240,6 +281,7 @@ class SteppedCapacity(LoadTestShape):
             "bar": asdict(self.bar),
             "steps": self.results,
             "overload": self.overload,
+            "capacity": self.capacity,
             "progress": self.progress,
         }
         tmp = self.out.with_suffix(".tmp")

@@ -23,6 +23,7 @@ from tools.bench.plan import (
     spawn_rate,
 )
 from tools.bench.procfs import cpu_seconds, process_tree
+from tools.bench.runs import judge_capacity, served_text, spread_text
 from tools.bench.serving import served
 
 # The generator is the ceiling's bottleneck when its processes are this busy, or the whole machine is.
@@ -76,7 +77,7 @@ def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
     server_cores = (last["server"] - first["server"]) / seconds
     figures = aggregated(csv)
     cores = len(os.sched_getaffinity(0))
-    return {
+    ceiling = {
         **ceiling_verdict(figures["rps"], generator_cores, server_cores, plan.locust_processes, cores),
         "requests": figures["requests"],
         "failures": figures["failures"],
@@ -84,6 +85,8 @@ def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
         "generator_cpu_cores": round(generator_cores, 2),
         "server_cpu_cores": round(server_cores, 2),
     }
+    Path(f"{csv}.json").write_text(json.dumps(ceiling))  # kept with the raw data (tools/bench/raw.py)
+    return ceiling
 
 
 def _cpu_of(generator_pid: int, running: stages.Running) -> dict:
@@ -221,6 +224,7 @@ def search_outcome(out: Path, exit_code: int | None, servers_alive: bool, log_na
         where = f"in the {p.get('phase', '?')} of step {p.get('step', '?')} ({p.get('target_users', '?')} users)"
         cause = "a server exited" if not servers_alive else f"locust exited with code {exit_code}"
         search["note"] = f"{cause} {where}; see {log_name}"
+    # The shape's own capacity is judged again, with the same function, from the steps (``judge_capacity``).
     return {"steps": data.get("steps", []), "overload": data.get("overload"), "search": search}
 
 
@@ -231,7 +235,8 @@ def progress_line(label: str, out: Path) -> str | None:
         return None
     if not p:
         return None
-    step = "overload step" if p["step"] == "overload" else f"step {p['step']}/{p['of_steps']}"
+    named = {"overload": "overload step", "capacity": "capacity step, measured again"}
+    step = named.get(p["step"]) or f"step {p['step']}/{p['of_steps']}"
     return (
         f"  stage {label} · {step} · {p['phase']} {p['seconds_in_phase']}s · "
         f"{p['users']}/{p['target_users']} users · {p['rps']} rps · p95 {p['p95_ms'] or 0:.0f} ms · "
@@ -253,8 +258,6 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
             f"(GET /healthz, {plan.ceiling_users} users, no think time)"
         )
         searched = measure_capacity(plan, running, raw, bound)
-    steps = searched["steps"]
-    best = max((s for s in steps if s.get("met_bar")), key=lambda s: s["users"], default=None)
     result = {
         **identity(stage),
         "server": stage.server,
@@ -264,16 +267,17 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
         "ceiling": ceiling,
         "ceiling_rps": ceiling["rps"],
         **searched,
-        "best": best,
         **({"network": network} if network else {}),
     }
+    judge_capacity(result, plan.bar)
+    best, capacity = result["best"], result["capacity"]
     search = searched["search"]
     say(f"  stage {label}: search {search['state']}: {search.get('note') or search.get('ended', '')}")
-    if best:
+    if capacity:
         say(
-            f"  stage {label}: {best['rps']} QPS at {best['users']} users, p95 {best['p95_ms']} ms "
-            f"(slowest {best['slowest']} {best['slowest_p95_ms']} ms), "
-            f"{best['server_cpu_ms_per_request']} ms of server CPU a request"
+            f"  stage {label}: {capacity['rps']['median']} QPS at {capacity['users']} users ({spread_text(capacity)}), "
+            f"p95 {capacity['p95_ms']} ms (slowest {capacity['slowest']} {capacity['slowest_p95_ms']} ms), "
+            f"{capacity['server_cpu_ms_per_request'].get('median')} ms of server CPU a request"
         )
     else:
         say(f"  stage {label}: no step met the bar")
@@ -285,9 +289,9 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
     if searched["overload"]:
         o = searched["overload"]
         say(
-            f"  stage {label}: overload at {o['users']} users: goodput {o['goodput_rps']} requests/s "
-            f"({o['goodput_pct_of_capacity']}% of capacity), failures {100 * (o['failure_share'] or 0):.1f}%, "
-            f"max {o['max_ms']} ms"
+            f"  stage {label}: overload at {o['users']} users: goodput {o.get('goodput_tasks_per_s')} tasks/s "
+            f"({o.get('goodput_pct_of_capacity')}% of capacity's), {served_text(o)} users served, "
+            f"failures {100 * (o['failure_share'] or 0):.1f}%, max {o['max_ms']} ms"
         )
     return result
 

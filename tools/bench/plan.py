@@ -23,6 +23,7 @@ class Plan:
     warmup_s: float = DEFAULTS["TWEEPY_BENCH_WARMUP"]
     ramp_limit_s: float = DEFAULTS["TWEEPY_BENCH_RAMP_LIMIT"]
     overload: float = DEFAULTS["TWEEPY_BENCH_OVERLOAD"]
+    capacity_windows: int = DEFAULTS["TWEEPY_BENCH_CAPACITY_WINDOWS"]
     overload_max_users: int = DEFAULTS["TWEEPY_BENCH_OVERLOAD_MAX_USERS"]
     ceiling_s: float = 15
     ceiling_users: int = DEFAULTS["TWEEPY_BENCH_CEILING_USERS"]
@@ -39,6 +40,7 @@ class Plan:
     bar: Bar = field(default_factory=Bar)
     quick: bool = False
     kept_from: str = ""  # an earlier run whose other stages this one's report keeps
+    split: str = ""  # "k/n": part k of a run made in n parts, its share of the stages and a control stage
     # Settings changed from the stages' own (``--set``), for a variant measured into a folder of its own.
     variant: dict[str, str] = field(default_factory=dict)
     out: str = ""  # that folder
@@ -61,6 +63,7 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         ceiling_s=4,
         ceiling_users=10,
         spawn_share=0.25,
+        capacity_windows=2,  # one window again: the median's code runs, the ladder stays short
         cold_windows=1,
         recovery_window_s=4,
         recovery_limit_s=12,
@@ -75,6 +78,7 @@ ATTRIBUTES = {
     "TWEEPY_BENCH_WARMUP": "warmup_s",
     "TWEEPY_BENCH_RAMP_LIMIT": "ramp_limit_s",
     "TWEEPY_BENCH_OVERLOAD": "overload",
+    "TWEEPY_BENCH_CAPACITY_WINDOWS": "capacity_windows",
     "TWEEPY_BENCH_OVERLOAD_MAX_USERS": "overload_max_users",
     "TWEEPY_BENCH_CEILING_USERS": "ceiling_users",
     "TWEEPY_BENCH_COLD_RATE": "cold_rate",
@@ -114,9 +118,11 @@ def spawn_rate(plan: Plan, hashes_per_s: float) -> float:
 
 
 def search_time_limit(plan: Plan) -> float:
-    """How long locust may run the search before it is cut short: every ramp at its limit."""
+    """How long locust may run the search before it is cut short: every ramp at its limit, and the
+    capacity measured again at every step on the way down (``Plan.capacity_windows``)."""
     per_step = plan.ramp_limit_s + plan.window_s + 15
-    return plan.warmup_s + (len(plan.steps) + 1) * per_step + 60
+    again = (plan.capacity_windows - 1) * (plan.window_s + max(1.0, plan.warmup_s) + 5)
+    return plan.warmup_s + (len(plan.steps) + 1) * per_step + len(plan.steps) * again + 60
 
 
 def locust_command(plan: Plan, files: str, url: str, csv, users: int | None, run_time: float) -> list[str]:
@@ -141,6 +147,7 @@ def shape_environment(plan: Plan, out, server_pids: list[int], rate: float) -> d
         "TWEEPY_BENCH_WARMUP": str(plan.warmup_s),
         "TWEEPY_BENCH_RAMP_LIMIT": str(plan.ramp_limit_s),
         "TWEEPY_BENCH_OVERLOAD": str(plan.overload),
+        "TWEEPY_BENCH_CAPACITY_WINDOWS": str(plan.capacity_windows),
         "TWEEPY_BENCH_OVERLOAD_MAX_USERS": str(plan.overload_max_users),
         "TWEEPY_BENCH_OUT": str(out),
         "TWEEPY_BENCH_SERVER_PIDS": " ".join(map(str, server_pids)),
@@ -188,6 +195,8 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
         changed.append(f'TWEEPY_BENCH_STEPS="{" ".join(map(str, plan["steps"]))}"')
     if plan.get("bcrypt_cost", 12) != defaults["bcrypt_cost"]:
         changed.append(f"TWEEPY_BCRYPT_LOG_ROUNDS={plan['bcrypt_cost']}")
+    if plan.get("composed"):
+        return " ".join([".venv/bin/python -m tools.bench --compose", *plan["composed"]])
     chosen = list(plan.get("stages") or every_stage)
     if plan.get("variant") or plan.get("out"):
         # make has no target for a folder of one's own: such a run is never published as the ladder's figures.
@@ -196,7 +205,11 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
         command += ["--quick"] if plan.get("quick") else []
         command += [f"--keep-from {plan['kept_from']}"] if plan.get("kept_from") else []
         return " ".join([*changed, *command, f"--out {plan.get('out') or 'FOLDER'}"])
-    arguments = ["make bench", *([f'STAGES="{" ".join(map(str, chosen))}"'] if chosen != every_stage else [])]
+    arguments = ["make bench"]
+    if plan.get("split"):
+        arguments.append(f"PART={plan['split']}")  # the stages follow from it
+    elif chosen != every_stage:
+        arguments.append(f'STAGES="{" ".join(map(str, chosen))}"')
     if plan.get("quick"):
         arguments.append("QUICK=1")
     if plan.get("kept_from"):

@@ -13,10 +13,12 @@ from tools.bench.runs import (
     ROOT,
     bar_of,
     capacity_cell,
+    capacity_of_row,
     ceiling_cell,
     ms,
     p95_of,
     run_label,
+    served_text,
     slowest_cell,
     talk_figure,
 )
@@ -47,6 +49,8 @@ def replace_block(path: Path, block: str, part: str | None = None) -> None:
 def neighbours(report: dict, result: dict) -> list[dict]:
     """What a step is read beside: the step before it (whole), then its own parts, then itself."""
     whole = [r for r in report["stages"] if not r.get("part")]
+    if report.get("composed"):  # a ladder composed of parts compares across them by ratios alone
+        whole = [r for r in whole if r["run"]["date"] == result["run"]["date"]]
     before = [r for r in whole if r["stage"] < result["stage"]][-1:]
     parts = [r for r in report["stages"] if r["stage"] == result["stage"] and r.get("part")]
     return [*before, *parts, result]
@@ -66,7 +70,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in neighbours(report, result):
-        b = r["best"] or {}
+        b, c = r["best"] or {}, capacity_of_row(r) or {}
         bound = r["run"].get("bcrypt")
         cpu = b.get("server_cpu_ms_per_request")
         hashing = None
@@ -77,9 +81,9 @@ def beside_table(report: dict, result: dict) -> list[str]:
             f"{r['stage']} {r['name']}" + (" (this step)" if r is result else ""),
             run_label(r),
             capacity_cell(r),
-            str(b.get("users", "—")),
-            p95_of(b, SHOWN[0][0]),
-            p95_of(b, "GET /tweets/"),
+            str(c.get("users", "—")),
+            p95_of(c, SHOWN[0][0]),
+            p95_of(c, "GET /tweets/"),
             "—" if cpu is None else f"{cpu:.2f}",
             "—" if hashing is None else beside_measured(hashing, threads),
             "—" if hashing is None else beside_measured(cpu - hashing, threads and cpu - threads),
@@ -100,14 +104,15 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         f"{plan['tweets']:,} tweets seeded; run of {run['date']}, commit {run['commit']}"
     )
     image = f"\n![QPS and p95 against users, {result['stage']} {result['name']}]({picture})\n" if picture else ""
-    b = result["best"]
-    if not b or result["search"]["state"] == "crashed":
+    b, c = result["best"], capacity_of_row(result)
+    if not c or result["search"]["state"] == "crashed":
         return f"{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n{image}"
-    shown = ", ".join(f"{label} {p95_of(b, key)}" for key, label in SHOWN)
+    shown = ", ".join(f"{label} {p95_of(c, key)}" for key, label in SHOWN)
     overload = result.get("overload")
     past = (
-        f" Past capacity, at {overload['users']} users: goodput {overload['goodput_rps']} requests/s "
-        f"({overload['goodput_pct_of_capacity']}% of it), {100 * (overload['failure_share'] or 0):.1f}% failed."
+        f" Past capacity, at {overload['users']} users: {overload.get('goodput_tasks_per_s', '—')} tasks/s got "
+        f"through ({overload.get('goodput_pct_of_capacity', '—')}% of the capacity's), {served_text(overload)} of "
+        f"its users got one through, {100 * (overload['failure_share'] or 0):.1f}% of requests failed."
         if overload
         else ""
     )
@@ -117,9 +122,10 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         else ""
     )
     text = (
-        f"{capacity_cell(result)} QPS at {b['users']} locust users, meeting the bar "
-        f"({bar_of(report).text()}): p95 {b['p95_ms']:.0f} ms for all requests ({shown}; slowest "
-        f"{slowest_cell(b)}); {b['server_cpu_ms_per_request']} ms of server CPU a request; peak server memory "
+        f"{capacity_cell(result)} QPS at {c['users']} locust users, the median of its windows meeting the bar "
+        f"({bar_of(report).text()}): p95 {c['p95_ms']:.0f} ms for all requests ({shown}; slowest "
+        f"{slowest_cell(c)}); {c['server_cpu_ms_per_request'].get('median')} ms of server CPU a request; "
+        "peak server memory "
         f"{ms(b.get('peak_server_memory_mb'))} MiB; stack ceiling (requests/s on `/healthz`): {ceiling_cell(result)}."
         f"{past}{rejudged} On {where}; [all figures]({link}).\n{image}"
     )
@@ -137,10 +143,11 @@ BESIDE_NOTE = (
 
 
 def measured_every_stage(report: dict) -> bool:
-    """Whether this run itself measured every stage of the ladder and every part of a step: a row kept
-    from an earlier run, or a stage left out, makes it a partial run."""
+    """Whether this run itself (or, composed of parts, its parts) measured every stage of the ladder and
+    every part of a step: a row kept from an earlier run, or a stage left out, makes it a partial run."""
     ladder = {(each.number, each.part) for stage in stages.all_stages() for each in (*stage.parts(), stage)}
-    measured = {(r["stage"], r.get("part")) for r in report["stages"] if r["run"]["date"] == report["date"]}
+    own = {report["date"], *(part["date"] for part in (report.get("composed") or {}).get("parts", []))}
+    measured = {(r["stage"], r.get("part")) for r in report["stages"] if r["run"]["date"] in own}
     return ladder <= measured
 
 
@@ -157,21 +164,26 @@ def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
         + "\n"
     )
     replace_block(root / "README.md", "\n".join(summary(report, f"results/{relative}/chart.png")))
+    composed = bool(report.get("composed"))
+    ratio = f" ÷ its part's stage {report['composed']['control']} |" if composed else ""
     ladder = [
-        "| stage | run | QPS at the bar | users | p95 ms: all | log in | slowest request type | server CPU ms/req |",
-        "|---|---|---|---|---|---|---|---|",
+        "| stage | run | QPS at the bar | users | p95 ms: all | log in | slowest request type | server CPU ms/req |"
+        + ratio,
+        "|---|---|---|---|---|---|---|---|" + ("---|" if composed else ""),
     ]
     for result in report["stages"]:
         stage = stages.get_stage(result["stage"])
-        b = result["best"] or {}
+        c = capacity_of_row(result) or {}
         name = stage.folder.name + (f", {result['part']}" if result.get("part") else "")
-        cells = [name, run_label(result), capacity_cell(result), str(b.get("users", "—"))]
+        cells = [name, run_label(result), capacity_cell(result), str(c.get("users", "—"))]
         cells += [
-            ms(b.get("p95_ms")),
-            p95_of(b, SHOWN[0][0]),
-            slowest_cell(b),
-            str(b.get("server_cpu_ms_per_request", "—")),
+            ms(c.get("p95_ms")),
+            p95_of(c, SHOWN[0][0]),
+            slowest_cell(c),
+            str((c.get("server_cpu_ms_per_request") or {}).get("median", "—")),
         ]
+        if composed:
+            cells.append("—" if result.get("ratio_to_control") is None else f"{result['ratio_to_control']:.2f}")
         ladder.append("| " + " | ".join(cells) + " |")
         figures = stage_figures(
             report, result, f"../../results/{relative}/RESULTS.md", f"../../results/{relative}/{chart_name(result)}"

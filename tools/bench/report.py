@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tools.bench.charts import chart, chart_name, stage_chart
+from tools.bench.headline import PUBLISHED_WINDOWS
 from tools.bench.publishing import measured_every_stage, publish
 from tools.bench.runs import RESULTS, ROOT, normalize
 from tools.bench.tables import markdown
@@ -13,11 +14,14 @@ from tools.bench.tables import markdown
 
 def publishes(report: dict, folder: Path, root: Path = ROOT) -> bool:
     """Whether a run gives the ladder's figures: one that measured every stage itself, into a folder of
-    its own under results/; never a smoke run, a variant (``--out``), nor a partial run (``--stages``,
-    or stages kept from an earlier run)."""
+    its own under results/, or one composed of the parts of a split run; never a smoke run, a variant
+    (``--out``), a part alone (``--split``), a run whose capacities rest on fewer than
+    ``PUBLISHED_WINDOWS`` windows, nor a partial run (``--stages``, or stages kept from an earlier run)."""
     plan = report["plan"]
     in_results = folder.resolve().is_relative_to((root / RESULTS.relative_to(ROOT)).resolve())
-    return in_results and not plan.get("quick") and not plan.get("out") and measured_every_stage(report)
+    too_few = plan.get("capacity_windows", PUBLISHED_WINDOWS) < PUBLISHED_WINDOWS
+    refused = plan.get("quick") or plan.get("out") or plan.get("split") or too_few
+    return in_results and not refused and measured_every_stage(report)
 
 
 def write_reports(report: dict, folder: Path, root: Path = ROOT) -> bool:

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from tools import stages
 from tools.bench.figures import plain_stats
+from tools.bench.headline import capacity_of, overload_as_felt
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
     Bar,
     RequestStats,
+    completed_tasks,
     hashes_done,
     misses,
     slowest,
@@ -70,7 +72,22 @@ def normalize(report: dict, results: Path = RESULTS) -> dict:
             result["search"] = {"state": "complete", "ended": "", "rejudged": True}
         result.setdefault("overload", None)
         result.setdefault("ceiling", {"rps": result.get("ceiling_rps"), "lower_bound": None, "failures": None})
+        judge_capacity(result, bar)
     return report
+
+
+def judge_capacity(result: dict, bar: Bar) -> None:
+    """The stage's capacity step and headline (``headline.capacity_of``, the one definition), and its
+    overload step read against them; windows recorded before tasks were counted get their count."""
+    overload = result.get("overload")
+    for window in [*result["steps"], *(s for step in result["steps"] for s in step.get("repeats") or []), overload]:
+        if window and "by_request" in window and "tasks_per_s" not in window and window.get("window_s"):
+            tasks = completed_tasks(plain_stats(window["by_request"]))
+            window["tasks_per_s"] = round(tasks / window["window_s"], 1)
+    result["best"], result["capacity"] = capacity_of(result["steps"], bar)
+    if overload and "by_request" in overload:
+        overload.pop("capacity_rps", None)
+        overload.update(overload_as_felt(overload, result["capacity"]))
 
 
 def _details_of_run(run: dict, results: Path, fallback: dict) -> dict:
@@ -90,8 +107,7 @@ def _details_of_run(run: dict, results: Path, fallback: dict) -> dict:
 
 
 def _rejudge(result: dict, bar: Bar) -> None:
-    """Judge a step of an old run with the per-type bar; the capacity is the step before the first miss."""
-    best, missed_before = None, False
+    """Judge the steps of an old run with the per-type bar (its capacity is then found as any run's)."""
     for step in result["steps"]:
         if "by_request" in step:
             by_type = plain_stats(step["by_request"])
@@ -112,11 +128,6 @@ def _rejudge(result: dict, bar: Bar) -> None:
             found.append(f"ramp: {login_failures} failures ({FIRST_LOGIN_KEY} {login_failures})")
         step["met_bar"] = not found
         step["reasons"] = found
-        if found:
-            missed_before = True
-        elif not missed_before:
-            best = step
-    result["best"] = best
 
 
 # --- cells ---------------------------------------------------------------------------------------
@@ -150,16 +161,37 @@ def ceiling_cell(result: dict) -> str:
     return f"≥ {c['rps']:.0f} (lower bound){failed}" if c["lower_bound"] else f"{c['rps']:.0f}{failed}"
 
 
+def capacity_of_row(result: dict) -> dict | None:
+    """A row's capacity headline, judged now (with the default bar) for a row that ``normalize`` did not see."""
+    if "capacity" not in result:
+        result["capacity"] = capacity_of(result["steps"], Bar())[1]
+    return result["capacity"]
+
+
+def served_text(overload: dict) -> str:
+    """The share of the overload step's users who got a task through in its window."""
+    share = overload.get("users_served_share")
+    return "—" if share is None else f"{100 * share:.0f}%"
+
+
+def spread_text(capacity: dict) -> str:
+    """How far the windows a capacity rests on spread, and how many there were."""
+    rps, n = capacity["rps"], capacity["windows"]
+    return f"{rps['min']}-{rps['max']}, {n} windows" if n > 1 else "1 window"
+
+
 def capacity_cell(result: dict) -> str:
-    """The stage's QPS at the bar, or why there is none to trust."""
-    search, best = result["search"], result["best"]
+    """The stage's QPS at the bar (the median of its capacity step's windows, with their spread), or why
+    there is none to trust."""
+    search, capacity = result["search"], capacity_of_row(result)
     if search["state"] == "crashed":
         return f"crashed: {search.get('note', '')}"
-    if best is None:
+    if capacity is None:
         first = result["steps"][0]["users"] if result["steps"] else "?"
         return f"— (missed at {first} users)"
+    median, spread = capacity["rps"]["median"], spread_text(capacity)
     if search["state"] == "cut short":
-        return f"≥ {best['rps']} (search cut short)"
+        return f"≥ {median} ({spread}; search cut short)"
     if search.get("ended", "").startswith("every step met"):
-        return f"≥ {best['rps']} (every step met the bar)"
-    return f"**{best['rps']}**"
+        return f"≥ {median} ({spread}; every step met the bar)"
+    return f"**{median}** ({spread})"

@@ -16,10 +16,13 @@ from tools.bench.figures import (
     projection,
     protocol_qps_bound,
 )
+from tools.bench.headline import share_of_bound
+from tools.bench.overload_report import overload_table
 from tools.bench.plan import command_of
 from tools.bench.runs import (
     bar_of,
     capacity_cell,
+    capacity_of_row,
     ceiling_cell,
     ms,
     p95_of,
@@ -27,6 +30,7 @@ from tools.bench.runs import (
     slowest_cell,
     talk_figure,
 )
+from tools.bench.split import part_reports, ratio_table
 from tools.protocol import HASHES_PER_CYCLE, REQUESTS_PER_CYCLE, SHOWN
 
 # --- RESULTS.md ----------------------------------------------------------------------------------
@@ -100,26 +104,29 @@ def network_lines(report: dict) -> list[str]:
 
 
 def capacity_table(report: dict) -> list[str]:
+    """One row a stage at its capacity step: medians of the windows measured there, with their spread."""
     shown = " | ".join(f"{label} `{key}`" for key, label in SHOWN)
     lines = [
-        f"| stage | run | users | QPS at the bar | p95 ms: all | {shown} | slowest request type "
+        f"| stage | run | users | QPS at the bar | of the bcrypt bound | p95 ms: all | {shown} | slowest request type "
         "| server CPU ms/req | peak server MiB | stack ceiling req/s | generator CPU |",
-        "|" + "---|" * (11 + len(SHOWN)),
+        "|" + "---|" * (12 + len(SHOWN)),
     ]
     for r in report["stages"]:
-        b = r["best"] or {}
+        b, c = r["best"] or {}, capacity_of_row(r) or {}
         ceiling = ceiling_cell(r)
-        if b and r["ceiling"].get("rps"):
-            ceiling = f"{100 * b['rps'] / r['ceiling']['rps']:.1f}% of {ceiling}"
+        if c and r["ceiling"].get("rps"):
+            ceiling = f"{100 * c['rps']['median'] / r['ceiling']['rps']:.1f}% of {ceiling}"
+        share = share_of_bound(c["rps"]["median"], r["run"].get("bcrypt"), hash_library(r)) if c else None
         cells = [
             f"{r['stage']} {r['name']}",
             run_label(r),
-            str(b.get("users", "—")),
+            str(c.get("users", "—")),
             capacity_cell(r),
-            ms(b.get("p95_ms")),
-            *(p95_of(b, key) for key, _ in SHOWN),
-            slowest_cell(b),
-            str(b.get("server_cpu_ms_per_request", "—")),
+            "—" if share is None else f"{100 * share:.0f}%",
+            ms(c.get("p95_ms")),
+            *(p95_of(c, key) for key, _ in SHOWN),
+            slowest_cell(c),
+            str((c.get("server_cpu_ms_per_request") or {}).get("median", "—")),
             ms(b.get("peak_server_memory_mb")),
             ceiling,
             generator_cell(b),
@@ -138,26 +145,6 @@ def generator_cell(step: dict) -> str:
     if per_request is None and step.get("generator_cpu_cores") is not None and step.get("rps"):
         per_request = 1000 * step["generator_cpu_cores"] / step["rps"]  # runs made before it was recorded
     return share if per_request is None else f"{share}, {per_request:.2f} ms/req"
-
-
-def overload_table(report: dict) -> list[str]:
-    lines = [
-        "| stage | run | users | goodput req/s | % of the best step's QPS | failed requests | p95 ms | max ms |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in report["stages"]:
-        o = r.get("overload")
-        if not o:
-            why = "not measured" if "rejudged" not in r["search"] else "not measured (run predates it)"
-            lines.append(f"| {r['stage']} {r['name']} | {run_label(r)} | {why} | | | | | |")
-            continue
-        share = "—" if o.get("failure_share") is None else f"{100 * o['failure_share']:.1f}%"
-        pct = "—" if o.get("goodput_pct_of_capacity") is None else f"{o['goodput_pct_of_capacity']}%"
-        lines.append(
-            f"| {r['stage']} {r['name']} | {run_label(r)} | {o['users']} | {o['goodput_rps']} | {pct} of "
-            f"{o.get('capacity_rps', '—')} | {share} | {ms(o.get('p95_ms'))} | {ms(o.get('max_ms'))} |"
-        )
-    return lines
 
 
 TARGET_QPS = 1000
@@ -281,8 +268,9 @@ def bound_tables(report: dict) -> list[str]:
 def steps_table(report: dict) -> list[str]:
     bar = bar_of(report)
     lines = [
-        "| stage | users | ramp s | first-login p95 ms | QPS | p95 ms | slowest request type | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| stage | users | spawn rate /s | ramp s | first-login p95 ms | QPS | p95 ms | slowest request type "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["stages"]:
         search = r["search"]
@@ -290,16 +278,18 @@ def steps_table(report: dict) -> list[str]:
         for step in r["steps"]:
             verdict = "met" if step.get("met_bar") else "missed: " + "; ".join(step.get("reasons") or ["?"])
             lines.append(_step_row(name, str(step["users"]), step, verdict))
+            for again in step.get("repeats") or []:
+                lines.append(_step_row(name, f"{step['users']} (again)", again, "met" if again["met"] else "missed"))
         if r.get("overload"):
             o = r["overload"]
-            summary = f"past capacity: goodput {o['goodput_rps']} req/s"
+            summary = f"past capacity: goodput {o.get('goodput_tasks_per_s', '—')} tasks/s"
             lines.append(_step_row(name, f"{o['users']} (overload)", o, summary))
         state = search["state"] + (f": {search['note']}" if search.get("note") else "")
         if search.get("ended"):
             state += f" ({search['ended']})"
         if search.get("rejudged"):
             state += f" (re-judged with the bar: {bar.text()})"
-        lines.append(f"| {name} | search {state} | | | | | | |")
+        lines.append(f"| {name} | search {state} | | | | | | | |")
     return lines
 
 
@@ -307,6 +297,7 @@ def _step_row(name: str, users: str, step: dict, verdict: str) -> str:
     cells = [
         name,
         users,
+        str(step.get("spawn_rate", "—")),
         str(step.get("ramp_s", "—")),
         ms(step.get("first_login_p95_ms")),
         str(step.get("rps", "—")),
@@ -323,10 +314,14 @@ REJUDGED = (
     "had no overload step); a stage's capacity is its last step before the first one that misses."
 )
 NOTES = (
-    "QPS at the bar: requests a second in the measured window of the highest step (users) whose ramp and "
-    "window both met the bar, before the first step that missed; ≥ when the search could not say more. "
-    "p95 of all requests and of each request type in that window; slowest request type: the highest p95 among "
-    "those with enough requests to be judged. Server CPU: user + system time of the dev server, or of nginx and "
+    "QPS at the bar (the capacity, one definition for every table, the chart and the overload share): the "
+    "median, over the windows measured at it, of the requests a second of the highest step (users) whose ramp "
+    "and first window met the bar and whose windows' median meets it too, before the first step that missed; "
+    "its spread (lowest-highest) and how many windows it rests on beside it; ≥ when the search could not say "
+    "more. Of the bcrypt bound: that QPS against the run's own probe (its library's hashes a second x 247/3). "
+    "p95 of all requests and of each request type: their medians over those windows; slowest request type: the "
+    "highest of them among those with enough requests to be judged. Server CPU: user + system time of the dev "
+    "server, or of nginx and "
     "uWSGI with all their processes, divided by the requests served. Stack ceiling: the same generator asking "
     "the stage's servers for `/healthz` with no think time; a lower bound when the generator, or the machine, "
     "was the bottleneck. Generator CPU: the load generator's share of the whole machine, and its CPU a request: "
@@ -343,23 +338,33 @@ NOTES = (
 
 
 def summary(report: dict, chart_link: str) -> list[str]:
-    """What the READMEs show: the header, capacity, overload and bound tables, notes and chart."""
+    """What the READMEs show: the header, capacity, overload and bound tables, notes and chart; for a
+    ladder composed of parts, the ratios to each part's control, then each part's own tables."""
+    if not report.get("composed"):
+        return [*one_run(report), "", NOTES, "", f"![QPS per stage]({chart_link})"]
+    lines = ratio_table(report)
+    for part, own in part_reports(report):
+        host = part["machine"]["host"]
+        lines += ["", f"### Part {part['part']}: run of {part['date']} on {host}, commit {part['commit']}", ""]
+        lines += one_run(own)
+    return [*lines, "", NOTES, "", f"![Each stage against its part's control]({chart_link})"]
+
+
+def one_run(report: dict) -> list[str]:
+    """The tables of one run's rows: capacity, overload, cold start, tiers and the bcrypt bound."""
     return [
         *header(report),
         "",
         *capacity_table(report),
         "",
-        "Past capacity: one more step at twice the best step's users (bounded), measured the same way, to see "
-        "whether the server keeps serving or collapses.",
+        "Past capacity: one more step at twice the capacity's users (bounded), measured the same way, to see "
+        "whether the server keeps serving or collapses, counted as its users feel it: protocol tasks that got "
+        "through (a page read, a post, a follow, a login), not the login forms fetched again by refused users.",
         "",
         *overload_table(report),
         *([""] + cold if (cold := cold_start_table(report)) else []),
         *tier_table(report),
         *bound_tables(report),
-        "",
-        NOTES,
-        "",
-        f"![QPS per stage]({chart_link})",
     ]
 
 
