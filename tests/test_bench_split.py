@@ -42,7 +42,7 @@ def test_a_part_names_the_command_that_makes_it_and_its_folder():
 
     part = plan.make_plan(split.part_stages(EVERY, "1/2"), False, {})
     part.split = "1/2"
-    assert plan.command_of(asdict(part), EVERY) == "make bench PART=1/2"
+    assert plan.command_of(asdict(part), EVERY) == "make bench SPLIT=1/2"
     assert results_folder(part, datetime(2026, 11, 26, 2, 0)).name.endswith("-part-1-of-2")
 
 

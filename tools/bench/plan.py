@@ -207,7 +207,7 @@ def command_of(plan: Mapping, every_stage: list[int]) -> str:
         return " ".join([*changed, *command, f"--out {plan.get('out') or 'FOLDER'}"])
     arguments = ["make bench"]
     if plan.get("split"):
-        arguments.append(f"PART={plan['split']}")  # the stages follow from it
+        arguments.append(f"SPLIT={plan['split']}")  # the stages follow from it
     elif chosen != every_stage:
         arguments.append(f'STAGES="{" ".join(map(str, chosen))}"')
     if plan.get("quick"):
