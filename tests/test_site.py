@@ -8,10 +8,12 @@ import os
 import re
 
 import pytest
+from helpers.browser import Browser
 from helpers.pages import csrf_token, text_of
 from helpers.stored import add_tweets, add_users, count
 
 from tweepy import errors, site
+from tweepy.extensions import db
 from tweepy.models import Follow, Tweet, User
 
 MIB = 1024 * 1024
@@ -290,3 +292,14 @@ def test_answers_name_their_worker_only_when_asked(make_app):
     assert "X-Tweepy-Worker" not in make_app().test_client().get("/healthz").headers
     named = make_app(WORKER_HEADER=True).test_client().get("/healthz").headers["X-Tweepy-Worker"]
     assert named.endswith(f":{os.getpid()}")
+
+
+def test_a_request_that_finds_no_free_database_connection_is_told_to_try_again(make_app):
+    app = make_app(DB_POOL_SIZE=1, DB_POOL_OVERFLOW=0, DB_POOL_TIMEOUT=0.2)
+    someone = Browser(app.test_client())
+    assert someone.register("alice").status_code == 303
+    with app.app_context(), db.engine.connect():  # the pool's only connection, held
+        answer = someone.get("/users/")
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+    assert "busy" in answer.get_data(as_text=True).lower()
+    assert someone.get("/users/").status_code == 200, "served again once a connection is free"

@@ -6,6 +6,7 @@ from flask import Blueprint, current_app, render_template, request, url_for
 from flask_wtf.csrf import CSRFError
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
@@ -125,11 +126,20 @@ def database_busy(error: OperationalError):
     # SQLite's writers queue for busy_timeout; one that waited that long gets "try again", not a 500.
     if "database is locked" not in str(error.orig):
         raise error
-    reason = "The site is busy writing. Nothing was saved: try again in a moment."
+    return busy("The site is busy writing. Nothing was saved: try again in a moment.")
+
+
+@bp.app_errorhandler(PoolTimeout)
+def no_connection_free(error: PoolTimeout):
+    # Every connection of the process's pool stayed taken for DB_POOL_TIMEOUT: "try again", not a 500.
+    return busy("The site is busy. Try again in a moment.")
+
+
+def busy(reason: str):
     try:
         page = render_template("error.html", code=503, title="Busy", reason=reason)
-    except OperationalError:
-        # The page's header asks who is logged in, which may wait on the same lock.
+    except SQLAlchemyError:
+        # The page's header asks who is logged in, which may wait on the same lock or pool.
         page = f"503 Busy: {reason}\n"
     return page, 503, {"Retry-After": "1"}
 
