@@ -26,6 +26,7 @@ from tweepy.models import Tweet
 pytestmark = pytest.mark.integration
 
 STAGE_NUMBERS = [stage.number for stage in stages.all_stages()]
+ON_POSTGRESQL = [s.number for s in stages.all_stages() if s.app_setting("DATABASE_URL").startswith("postgresql")]
 USERS = 40
 # Long enough that a test can warm every process and look before any of them syncs again.
 SYNC_INTERVAL = 2.0
@@ -92,9 +93,8 @@ def test_stage_answers_health_and_serves_login_page(served):
     assert page.status_code == 200 and 'name="password"' in page.text
 
 
+@pytest.mark.parametrize("served", ON_POSTGRESQL, indirect=True, ids=lambda n: f"stage{n}")
 def test_a_stage_on_postgresql_is_served_by_a_role_of_its_own_never_the_superuser(served):
-    if not served.database.startswith("postgresql"):
-        pytest.skip("this stage keeps its data in a SQLite file")
     for visitor in [logged_in(served.url, f"user{k}") for k in range(1, 4)]:
         assert visitor.get("/tweets/").status_code == 200
     name, role = make_url(served.database).database, make_url(served.database).username
