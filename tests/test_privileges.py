@@ -4,6 +4,7 @@ user owns, and only nginx's master keeps root; started by anyone else, everythin
 from __future__ import annotations
 
 import os
+import platform
 import pwd
 import shutil
 import tempfile
@@ -50,5 +51,7 @@ def test_started_as_root_uwsgi_and_nginxs_workers_run_as_an_unprivileged_user_ov
 
     serving = pwd.getpwnam("tweepy").pw_uid if os.geteuid() == 0 else os.geteuid()
     assert users == {serving}
+    log = (folder / "var" / "uwsgi.log").read_text()
+    assert f"Python version: {platform.python_version()} " in log, "the app runs on the tools' own Python"
     for written in (database, folder / "instance" / "secret_key", folder / "var"):
         assert written.stat().st_uid == serving, written

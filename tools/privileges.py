@@ -16,6 +16,7 @@ import os
 import pwd
 import stat
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +48,15 @@ def serving_user(name: str) -> User | None:
 
 
 def hand_over(user: User, folders: list[Path]) -> None:
-    """Give ``user`` these folders and everything in them, and a way to reach them (and the code)."""
+    """Give ``user`` these folders and everything in them, and a way to reach them, the code and the
+    Python installation (uWSGI embeds its libpython: where the user cannot reach it, say under a 0700
+    home, the loader quietly takes the system's instead, another patch release)."""
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
         for path in [folder, *folder.rglob("*")]:
             os.lchown(path, user.uid, user.gid)
         let_through(folder.parent)
+    let_through(Path(sys.base_prefix))
 
 
 def let_through(folder: Path) -> None:
