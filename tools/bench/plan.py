@@ -47,7 +47,7 @@ class Plan:
 
 
 def quick_plan(stage_numbers: list[int]) -> Plan:
-    """A smoke run: tiny data and short windows, but enough traffic (about 1,700 tasks over the
+    """A smoke run: tiny data and short windows, but enough traffic (about 2,000 requests over the
     ladder's windows) that every request type of the protocol shows up, registrations (1 in 238) included."""
     return Plan(
         stages=stage_numbers,
@@ -55,14 +55,14 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         tweets=5_000,
         follows=10,
         steps=(10,),
-        window_s=8,
+        window_s=5,
         warmup_s=1,
         ramp_limit_s=60,
         overload=2,
         overload_max_users=20,
-        ceiling_s=4,
+        ceiling_s=2,
         ceiling_users=10,
-        spawn_share=0.25,
+        spawn_share=0.4,
         capacity_windows=2,  # one window again: the median's code runs, the ladder stays short
         cold_windows=1,
         recovery_window_s=4,
