@@ -244,6 +244,19 @@ def test_hashing_on_threads_of_its_own_shows_their_measured_cpu_beside_the_probe
     assert "| 10.00 | 1.25 | 8.75 |" in publishing.stage_figures(a_report(), a_stage(), "link")
 
 
+def test_a_stage_readme_reads_its_step_as_a_multiple_of_the_step_before_ours_and_the_talks():
+    faster = a_step(200, rps=200.0)
+    missed = a_step(300, met_bar=False, reasons=["window: 2 failures (POST / 2)"])
+    step = a_stage(5, "concurrency", steps=[a_step(100), faster, missed], best=faster)
+    readme = publishing.stage_figures(a_report(a_stage(4, "cache"), step), step, "link")
+    # 200 against 160 QPS at the bar here; the talk's 550 against its 350.
+    assert "| 5 concurrency (this step) | 2026-11-22 10:00 UTC, abc1234 | **200.0** (1 window) | ×1.25 |" in readme
+    assert "| 550 QPS, 4 CPUs | ×1.57 |" in readme
+    assert "| 4 cache | 2026-11-22 10:00 UTC, abc1234 | **160.0** (1 window) | — |" in readme, (
+        "the step before is the unit"
+    )
+
+
 def test_the_probe_measures_every_bcrypt_library_this_machine_has():
     probe = machine.bcrypt_bound(4, 0.2)
     assert set(probe["libraries"]) == {"pyca", "libxcrypt"}

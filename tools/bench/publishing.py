@@ -11,6 +11,7 @@ from tools.bench.figures import cpu_ms_per_hash, hash_library
 from tools.bench.runs import (
     RESULTS,
     ROOT,
+    TALK_QPS,
     bar_of,
     capacity_cell,
     capacity_of_row,
@@ -61,15 +62,29 @@ def beside_measured(estimate: float, measured: float | None) -> str:
     return f"{estimate:.2f}" + (f" ({measured:.2f} measured)" if measured else "")
 
 
+def qps_of(result: dict) -> float | None:
+    """The QPS at the bar a row's table shows (the median of its windows there), or None."""
+    capacity = capacity_of_row(result) or {}
+    return (capacity.get("rps") or {}).get("median")
+
+
+def times(value: float | None, before: float | None) -> str:
+    """``value`` as a multiple of ``before``: how much a step changed a figure, whatever the host's speed."""
+    return "—" if not value or not before else f"×{value / before:.2f}"
+
+
 def beside_table(report: dict, result: dict) -> list[str]:
-    """The step against the one before it, from the same run: QPS at the bar, what logins and timelines
-    waited, and its server CPU a request read aloud (how much of it is bcrypt), with the talk's figure."""
+    """The step against the one before it, from the same run: QPS at the bar (and as a multiple of the step
+    before's, ours and the talk's), what logins and timelines waited, and its server CPU a request read
+    aloud (how much of it is bcrypt), with the talk's figure."""
     lines = [
-        "| stage | run | QPS at the bar | users | p95 log in ms | p95 timeline ms | server CPU ms/req "
-        "| of it bcrypt | the rest | the talk |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| stage | run | QPS at the bar | × the step before | users | p95 log in ms | p95 timeline ms "
+        "| server CPU ms/req | of it bcrypt | the rest | the talk | the talk, × its step before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in neighbours(report, result):
+    rows = neighbours(report, result)
+    first = rows[0] if rows[0]["stage"] < result["stage"] else None
+    for r in rows:
         b, c = r["best"] or {}, capacity_of_row(r) or {}
         bound = r["run"].get("bcrypt")
         cpu = b.get("server_cpu_ms_per_request")
@@ -77,10 +92,13 @@ def beside_table(report: dict, result: dict) -> list[str]:
         if cpu is not None and bound and b.get("hashes") is not None and b.get("requests"):
             hashing = b["hashes"] * cpu_ms_per_hash(bound, hash_library(r)) / b["requests"]
         threads = b.get("hashing_threads_cpu_ms_per_request")
+        compared = first is not None and r is not first
+        talk = TALK_QPS.get(r["stage"]) if not r.get("part") else None
         cells = [
             f"{r['stage']} {r['name']}" + (" (this step)" if r is result else ""),
             run_label(r),
             capacity_cell(r),
+            times(qps_of(r), qps_of(first)) if compared else "—",
             str(c.get("users", "—")),
             p95_of(c, SHOWN[0][0]),
             p95_of(c, "GET /tweets/"),
@@ -88,6 +106,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
             "—" if hashing is None else beside_measured(hashing, threads),
             "—" if hashing is None else beside_measured(cpu - hashing, threads and cpu - threads),
             talk_figure(r),
+            times(talk, TALK_QPS.get(first["stage"])) if compared else "—",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
