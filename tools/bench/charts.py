@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.bench.runs import TALK, TALK_QPS, bar_of, capacity_of_row
+from tools.bench.runs import TALK, bar_of, capacity_of_row, talk_qps
 from tools.bench.split import part_of
 
 
@@ -94,7 +94,7 @@ def stage_chart(report: dict, result: dict, path: Path) -> None:
     if overload:
         qps.scatter([overload["users"]], [overload["goodput_rps"]], color="#7f8c8d", marker="s",
                     label="successful requests past capacity")  # fmt: skip
-    talk = None if result.get("part") else TALK_QPS.get(result["stage"])
+    talk = talk_qps(result)
     if talk:
         qps.axhline(talk, color="#27ae60", linestyle="--", linewidth=1, label=f"the talk: {TALK[result['stage']]}")
     qps.set_xlabel("locust users")

@@ -11,7 +11,6 @@ from tools.bench.figures import cpu_ms_per_hash, hash_library
 from tools.bench.runs import (
     RESULTS,
     ROOT,
-    TALK_QPS,
     bar_of,
     capacity_cell,
     capacity_of_row,
@@ -22,6 +21,7 @@ from tools.bench.runs import (
     served_text,
     slowest_cell,
     talk_figure,
+    talk_qps,
 )
 from tools.bench.tables import made_by, other_machines, summary
 from tools.protocol import SHOWN
@@ -84,6 +84,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
     ]
     rows = neighbours(report, result)
     first = rows[0] if rows[0]["stage"] < result["stage"] else None
+    before_qps, before_talk = (qps_of(first), talk_qps(first)) if first else (None, None)
     for r in rows:
         b, c = r["best"] or {}, capacity_of_row(r) or {}
         bound = r["run"].get("bcrypt")
@@ -93,12 +94,11 @@ def beside_table(report: dict, result: dict) -> list[str]:
             hashing = b["hashes"] * cpu_ms_per_hash(bound, hash_library(r)) / b["requests"]
         threads = b.get("hashing_threads_cpu_ms_per_request")
         compared = first is not None and r is not first
-        talk = TALK_QPS.get(r["stage"]) if not r.get("part") else None
         cells = [
             f"{r['stage']} {r['name']}" + (" (this step)" if r is result else ""),
             run_label(r),
             capacity_cell(r),
-            times(qps_of(r), qps_of(first)) if compared else "—",
+            times(qps_of(r), before_qps) if compared else "—",
             str(c.get("users", "—")),
             p95_of(c, SHOWN[0][0]),
             p95_of(c, "GET /tweets/"),
@@ -106,7 +106,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
             "—" if hashing is None else beside_measured(hashing, threads),
             "—" if hashing is None else beside_measured(cpu - hashing, threads and cpu - threads),
             talk_figure(r),
-            times(talk, TALK_QPS.get(first["stage"])) if compared else "—",
+            times(talk_qps(r), before_talk) if compared else "—",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -51,6 +51,11 @@ def talk_figure(result: dict) -> str:
     return "—" if result.get("part") else TALK.get(result["stage"], "—")
 
 
+def talk_qps(result: dict) -> int | None:
+    """The talk's QPS for the same step, as a number (none for a part of one)."""
+    return None if result.get("part") else TALK_QPS.get(result["stage"])
+
+
 def bar_of(report: dict) -> Bar:
     return Bar(**report["bar"]) if report.get("bar") else Bar()
 
