@@ -38,7 +38,7 @@ def served(request, tmp_path_factory):
     stage = stages.get_stage(request.param)
     folder = tmp_path_factory.mktemp(f"stage{stage.number}")
     with ExitStack() as cleanup:
-        if stage.app_setting("DATABASE_URL").startswith("postgresql"):
+        if stage.number in ON_POSTGRESQL:
             # Reached as the stage's own role, which the runner makes the new database's owner.
             role = make_url(stage.app_setting("DATABASE_URL")).username
             fresh = cleanup.enter_context(fresh_database("stage"))
