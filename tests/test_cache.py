@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 
 import pytest
@@ -20,9 +21,11 @@ from helpers.caches import cached_keys
 from helpers.pages import csrf_token, form_actions, tweet_ids, tweet_texts, user_names
 from helpers.stored import add_follow, add_tweets, add_users, user_id
 from helpers.worlds import PAGES, OnePersonsBrowser, each_write_of_a_small_world, warm
+from sqlalchemy import select
 
 from tweepy import queries
 from tweepy.cache import LocalCache, WriteSignal, cache
+from tweepy.extensions import db
 
 A, B = 0, 1
 # Long enough that only read-your-writes, not the periodic sync, can explain a fresh page.
@@ -274,6 +277,45 @@ def test_a_result_computed_from_entries_is_kept_while_they_are_the_very_same_obj
     assert len(computed) == 2
     assert local.derived("k", (page_a,), lambda: merge(page_a)) == (1, 2)  # one input fewer
     assert len(computed) == 3
+
+
+def test_a_request_waiting_for_the_last_connection_never_holds_up_the_request_holding_it(make_app, monkeypatch):
+    """Two requests replay the log at once, with one connection in the pool: the one holding it must not wait
+    for the one waiting for it, as it would if the replay read the log with the cache's lock held."""
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=1.0, DB_POOL_SIZE=1, DB_POOL_OVERFLOW=0, DB_POOL_TIMEOUT=3)
+    backend = cache_of(app)
+    with app.app_context():
+        backend.sync()
+    held, asking = threading.Event(), threading.Event()
+    execute, errors = db.session.execute, []
+
+    def execute_and_say(*args, **kwargs):
+        if threading.current_thread().name == "needing":
+            asking.set()  # about to wait for the connection the other request holds
+        return execute(*args, **kwargs)
+
+    monkeypatch.setattr(db.session, "execute", execute_and_say)
+
+    def request(name: str) -> None:
+        try:
+            with app.test_request_context():
+                if name == "holding":
+                    db.session.execute(select(1))  # a request that has read something holds the connection
+                    held.set()
+                    asking.wait(5)
+                else:
+                    held.wait(5)
+                backend.synced_at = time.monotonic() - 2.0  # due to replay the log
+                backend.sync()
+        except Exception as error:  # noqa: BLE001 - what went wrong is the test's answer
+            errors.append(f"{name}: {error!r}")
+
+    threads = [threading.Thread(target=request, args=(name,), name=name) for name in ("holding", "needing")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert errors == [], "a replay waited for the pool with the lock held, and the pool gave up"
 
 
 @pytest.fixture
