@@ -711,13 +711,25 @@ def test_the_tier_table_projects_the_cores_each_tier_needs_for_1k_qps():
     result = {
         "stage": 7, "name": "scale-out", "processes": 4, "nodes": 2,
         "run": {"date": "today", "commit": "abc"},
-        "best": {"tier_cpu_ms_per_request": {"front": 0.2, "app": 3.0, "postgresql": 0.5}},
+        "best": {"tier_cpu_ms_per_request": {"front": 0.2, "app": 5.0, "postgresql": 0.5}},
     }  # fmt: skip
     lines = tables.tier_table({"stages": [result]})
     row = next(line for line in lines if line.startswith("| 7 scale-out"))
-    assert "front 0.2, app 3.0, postgresql 0.5" in row
-    assert "app nodes of 2 cores: 2" in row
+    assert "front 0.2, app 5.0, postgresql 0.5" in row
+    assert "app hosts of 4 cores: 2" in row, "5 cores of app at 1K QPS need a second 4-core host"
     assert tables.tier_table({"stages": [{**result, "best": {}}]}) == []
+
+
+def test_a_scaled_out_stage_readme_projects_its_1k_qps_deployment_and_one_host_does_not():
+    tiers = {"front": 0.2, "app": 5.0, "postgresql": 0.5, "redis": 0.3}
+    scaled = a_stage(7, "scale-out", nodes=2)
+    scaled["best"] = {**scaled["best"], "tier_cpu_ms_per_request": tiers}
+    readme = publishing.stage_figures(a_report(a_stage(), scaled), scaled, "link")
+    projected = "projects 5.0 cores of app nodes (2 hosts of 4 cores), and nginx 0.2, PostgreSQL 0.5, Redis 0.3 cores"
+    assert projected in readme
+    one_host = a_stage(nodes=1)
+    one_host["best"] = {**one_host["best"], "tier_cpu_ms_per_request": {"front": 0.2, "app": 5.0}}
+    assert "projects" not in publishing.stage_figures(a_report(one_host), one_host, "link")
 
 
 def test_a_part_of_a_step_comes_before_its_step_with_a_readme_block_of_its_own(tmp_path):

@@ -23,7 +23,7 @@ from tools.bench.runs import (
     talk_figure,
     talk_qps,
 )
-from tools.bench.tables import made_by, other_machines, summary
+from tools.bench.tables import deployment_sentence, made_by, other_machines, summary
 from tools.protocol import SHOWN
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -151,7 +151,10 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
     if result.get("part"):
         return text
     elsewhere = other_machines(neighbours(report, result), m)
-    return text + "\n" + "\n".join(beside_table(report, result)) + "\n\n" + " ".join([BESIDE_NOTE, *elsewhere]) + "\n"
+    # Only a step that spreads over nodes says what its hosts would be: on one host, the projection is its cores.
+    deployment = "\n" + deployment_sentence(result) + "\n" if result.get("nodes", 1) > 1 else ""
+    table = "\n".join(beside_table(report, result))
+    return text + "\n" + table + "\n\n" + " ".join([BESIDE_NOTE, *elsewhere]) + "\n" + deployment
 
 
 # The columns are defined once, in the glossary, rather than under every stage's table.

@@ -6,6 +6,8 @@ projections) are grouped by run, so no column mixes two runs' bounds.
 
 from __future__ import annotations
 
+import math
+
 from tools import stages
 from tools.bench.cold_report import cold_start_table
 from tools.bench.figures import (
@@ -148,6 +150,17 @@ def generator_cell(step: dict) -> str:
 
 
 TARGET_QPS = 1000
+APP_HOST_CORES = 4  # the app hosts a projection sizes: a common small cloud instance
+
+
+def cores_for(tiers: dict[str, float], qps: int = TARGET_QPS) -> dict[str, float]:
+    """The cores each tier would keep busy at ``qps``: its CPU a request times the rate, no headroom."""
+    return {name: ms_per_request * qps / 1000 for name, ms_per_request in tiers.items()}
+
+
+def app_hosts(cores: dict[str, float], host_cores: int = APP_HOST_CORES) -> int:
+    """How many app hosts of ``host_cores`` cores carry the app tier's share of ``cores``."""
+    return max(1, math.ceil(cores.get("app", 0) / host_cores))
 
 
 def tier_table(report: dict) -> list[str]:
@@ -155,18 +168,14 @@ def tier_table(report: dict) -> list[str]:
     each would need for 1K QPS of the protocol on hosts of its own: a projection from that CPU alone."""
     rows = []
     for r in report["stages"]:
-        b = r.get("best") or {}
-        tiers = b.get("tier_cpu_ms_per_request")
+        tiers = (r.get("best") or {}).get("tier_cpu_ms_per_request")
         if not tiers:
             continue
         cells = ", ".join(f"{name} {value:.2f}" for name, value in tiers.items())
-        cores = {name: value * TARGET_QPS / 1000 for name, value in tiers.items()}
-        nodes = ""
-        if "app" in cores and r.get("processes"):
-            per_node = max(1, r["processes"] // max(1, r.get("nodes", 1)))
-            nodes = f"; app nodes of {per_node} cores: {max(1, round(cores['app'] / per_node + 0.49))}"
+        cores = cores_for(tiers)
         projected = ", ".join(f"{name} {value:.1f}" for name, value in cores.items())
-        rows.append(f"| {r['stage']} {r['name']} | {run_label(r)} | {cells} | {projected}{nodes} |")
+        hosts = f"; app hosts of {APP_HOST_CORES} cores: {app_hosts(cores)}" if "app" in cores else ""
+        rows.append(f"| {r['stage']} {r['name']} | {run_label(r)} | {cells} | {projected}{hosts} |")
     if not rows:
         return []
     return [
@@ -178,6 +187,23 @@ def tier_table(report: dict) -> list[str]:
         "|---|---|---|---|",
         *rows,
     ]
+
+
+def deployment_sentence(result: dict) -> str:
+    """A scaled-out stage's 1K QPS deployment, in words, from the CPU a request of each tier at its best step."""
+    tiers = (result.get("best") or {}).get("tier_cpu_ms_per_request") or {}
+    if "app" not in tiers:
+        return ""
+    cores = cores_for(tiers)
+    others = ", ".join(f"{TIER_NAMES.get(name, name)} {value:.1f}" for name, value in cores.items() if name != "app")
+    return (
+        f"For {TARGET_QPS:,} QPS of the protocol, this CPU a request projects {cores['app']:.1f} cores of app "
+        f"nodes ({app_hosts(cores)} hosts of {APP_HOST_CORES} cores), and {others} cores beside them (CPU a request "
+        "times the rate, no headroom, the load generator elsewhere; the network between hosts is not in it)."
+    )
+
+
+TIER_NAMES = {"front": "nginx", "postgresql": "PostgreSQL", "redis": "Redis"}
 
 
 def runs_of(report: dict) -> list[tuple[str, list[dict]]]:
