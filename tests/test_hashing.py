@@ -125,6 +125,28 @@ def test_a_native_hashing_thread_carries_the_name_its_cpu_time_is_counted_by():
     assert 0.04 <= round(thread_cpu_seconds([os.getpid()], HASHING_THREAD) - before, 2) < 0.2
 
 
+def test_with_pages_nice_the_thread_serving_pages_runs_below_the_hashing_threads(make_app):
+    """PAGES_NICE lowers the priority of the thread that made the app (which serves its pages) only: the
+    hashing threads, started from it first, keep the priority it had, so waiting hashes get the cores."""
+    seen = {}
+
+    def serve():  # in a thread of its own, so the test's own thread keeps its priority
+        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        app = make_app(BCRYPT_IN_THREADPOOL=True, HASHING_SLOTS=3, HASH_WAIT_S=2.75, PAGES_NICE=5)
+        hashing = passwords._queue(app.config).run(threading.get_native_id)
+        seen.update(
+            before=before,
+            pages=os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+            hashing=os.getpriority(os.PRIO_PROCESS, hashing),
+        )
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    thread.join(30)
+    assert seen["pages"] == min(19, seen["before"] + 5)
+    assert seen["hashing"] == seen["before"]
+
+
 # The queue's order and its Retry-After, on a clock the test moves.
 
 
