@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tools import stages
-from tools.bench import charts, figures, machine, measure, plan, publishing, report, runs, tables
+from tools.bench import charts, deployment, figures, machine, measure, plan, publishing, report, runs, tables
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -713,11 +713,11 @@ def test_the_tier_table_projects_the_cores_each_tier_needs_for_1k_qps():
         "run": {"date": "today", "commit": "abc"},
         "best": {"tier_cpu_ms_per_request": {"front": 0.2, "app": 5.0, "postgresql": 0.5}},
     }  # fmt: skip
-    lines = tables.tier_table({"stages": [result]})
+    lines = deployment.tier_table({"stages": [result]})
     row = next(line for line in lines if line.startswith("| 7 scale-out"))
     assert "front 0.2, app 5.0, postgresql 0.5" in row
     assert "app hosts of 4 cores: 2" in row, "5 cores of app at 1K QPS need a second 4-core host"
-    assert tables.tier_table({"stages": [{**result, "best": {}}]}) == []
+    assert deployment.tier_table({"stages": [{**result, "best": {}}]}) == []
 
 
 def test_a_scaled_out_stage_readme_projects_its_1k_qps_deployment_and_one_host_does_not():

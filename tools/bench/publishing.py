@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tools import stages
 from tools.bench.charts import chart_name
+from tools.bench.deployment import deployment_sentence
 from tools.bench.figures import cpu_ms_per_hash, hash_library
 from tools.bench.runs import (
     RESULTS,
@@ -23,7 +24,7 @@ from tools.bench.runs import (
     talk_figure,
     talk_qps,
 )
-from tools.bench.tables import deployment_sentence, made_by, other_machines, summary
+from tools.bench.tables import made_by, other_machines, summary
 from tools.protocol import SHOWN
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
