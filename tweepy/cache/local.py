@@ -303,24 +303,26 @@ class LocalCache:
             return
         # The log is read with no lock held: a greenlet waiting on the lock may hold the pool's last
         # database connection, which the read would then wait for until the pool gives up.
+        logged = None
         if self.applied is None or now - self.synced_at > LOG_RETENTION.total_seconds() / 2:
             # First sync, or asleep long enough to have missed pruned entries.
             newest = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
-            with self.lock:
-                self.applied = max(newest, self.applied or 0)
-                self._clear()
         else:
             # Ids commit in order (see forget), so whatever committed after `applied` is above it.
             logged = db.session.execute(LOGGED_AFTER, {"applied": self.applied}).all()
-            with self.lock:
+        with self.lock:
+            if logged is None:
+                self.applied = max(newest, self.applied or 0)
+                self._clear()
+            else:
                 # Another greenlet may have replayed some of them, or this process written them, meanwhile.
                 logged = [row for row in logged if row.id > self.applied]
                 if logged:
                     self._evict([row.key for row in logged], [row.id for row in logged])
                     self.applied = logged[-1].id
-        # Read before the log: whatever bumped it had committed, so the replay above includes it.
-        self.signalled = signalled
-        self.synced_at = now
+            # Read before the log: whatever bumped it had committed, so the replay above includes it.
+            self.signalled = signalled
+            self.synced_at = now
 
     def _clear(self) -> None:
         """Drop every entry and every result (with the lock held)."""
