@@ -10,6 +10,7 @@ from tools.bench.runs import run_label
 
 TARGET_QPS = 1000
 APP_HOST_CORES = 4  # the app hosts a projection sizes: a common small cloud instance
+TIER_NAMES = {"front": "nginx", "postgresql": "PostgreSQL", "redis": "Redis"}
 
 
 def cores_for(tiers: dict[str, float], qps: int = TARGET_QPS) -> dict[str, float]:
@@ -60,6 +61,3 @@ def deployment_sentence(result: dict) -> str:
         f"nodes ({app_hosts(cores)} hosts of {APP_HOST_CORES} cores), and {others} cores beside them (CPU a request "
         "times the rate, no headroom, the load generator elsewhere; the network between hosts is not in it)."
     )
-
-
-TIER_NAMES = {"front": "nginx", "postgresql": "PostgreSQL", "redis": "Redis"}
