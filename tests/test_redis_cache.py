@@ -84,6 +84,16 @@ def test_a_miss_leaves_only_the_generation_a_store_would_need_and_only_for_secon
     assert 0 < backend.client.pttl(backend.prefix + missed) <= CLAIM_TTL_MS
 
 
+def round_trips(monkeypatch) -> list:
+    """Every time a Redis client of this process sends (one command, or a whole pipeline), from now on."""
+    from redis.connection import AbstractConnection
+
+    sent = []
+    send = AbstractConnection.send_packed_command
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", lambda *a, **kw: sent.append(a) or send(*a, **kw))
+    return sent
+
+
 def test_a_timeline_asks_redis_for_all_its_authors_pages_in_one_round_trip(two_nodes, monkeypatch):
     apps = two_nodes()
     alice = sign_up(apps[A], "alice")
@@ -91,15 +101,29 @@ def test_a_timeline_asks_redis_for_all_its_authors_pages_in_one_round_trip(two_n
         sign_up(apps[A], name).post("/tweets/", {"tweet": f"{name}'s news"})
         alice.post(f"/users/{name}/follow")
     warm(alice, "/tweets/")
-    backend = apps[A].extensions["tweepy_cache"]
-    pipelines = []
-    pipeline = backend.client.pipeline
-    monkeypatch.setattr(backend.client, "pipeline", lambda **kw: pipelines.append(kw) or pipeline(**kw))
+    sent = round_trips(monkeypatch)
 
     page = alice.get("/tweets/")
     assert tweet_texts(page) == ["dave's news", "carol's news", "bob's news"]
     # Who is logged in, whom they follow, then the four authors' pages at once (nothing to store).
-    assert len(pipelines) == 3
+    assert len(sent) == 3
+
+
+def test_a_redis_that_lost_its_scripts_is_given_them_again_and_serves_the_page(two_nodes, monkeypatch):
+    apps = two_nodes()
+    alice = sign_up(apps[A], "alice")
+    sign_up(apps[A], "bob").post("/tweets/", {"tweet": "bob's news"})
+    alice.post("/users/bob/follow")
+    warm(alice, "/tweets/")
+    backend = apps[A].extensions["tweepy_cache"]
+    backend.client.script_flush()  # as a restarted Redis, or a failover to a replica, has none
+    sent = round_trips(monkeypatch)
+
+    page = alice.get("/tweets/")
+    assert page.status_code == 200 and tweet_texts(page) == ["bob's news"]
+    # The first read refused, its script loaded, the read again; then the two other reads as before.
+    assert len(sent) == 3 + 2
+    assert backend.client.script_exists(backend.value_or_generation.sha) == [True]
 
 
 # --- a cached page is the page ----------------------------------------------------

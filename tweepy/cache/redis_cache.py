@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,6 +23,9 @@ from ..extensions import db
 from ..models import CacheInvalidation
 from . import codec
 from .backend import CacheKey, request_state
+
+if TYPE_CHECKING:
+    from redis.commands.core import Script
 
 # Keys a process may owe Redis in memory; past this it drops the whole prefix once Redis answers.
 OWED_REMEMBERED = 10_000
@@ -73,6 +76,7 @@ class RedisCache:
         )
         self.unreachable = (redis.ConnectionError, redis.TimeoutError, OSError)
         self.failed = (redis.RedisError, OSError)
+        self.no_script = redis.exceptions.NoScriptError
         self.value_or_generation = self.client.register_script(VALUE_OR_GENERATION)
         self.store_if_unchanged = self.client.register_script(STORE_IF_UNCHANGED)
         self.prefix = prefix
@@ -117,11 +121,9 @@ class RedisCache:
             if not self.trusted:
                 return [compute(i) for i in range(len(keys))]
         names = [self.prefix + key for key in keys]
+        claims = [([name], [secrets.token_hex(8), CLAIM_TTL_MS]) for name in names]
         try:
-            with self.client.pipeline(transaction=False) as pipe:
-                for name in names:
-                    self.value_or_generation(keys=[name], args=[secrets.token_hex(8), CLAIM_TTL_MS], client=pipe)
-                replies = pipe.execute()
+            replies = self._run(self.value_or_generation, claims)
         except self.unreachable as error:
             self._lost(error)
             return [compute(i) for i in range(len(keys))]
@@ -166,15 +168,34 @@ class RedisCache:
 
     def _store(self, stores: list[tuple[str, bytes, bytes, int]]) -> None:
         """Keep each (name, generation read, value, stamp), each only if its generation is unchanged."""
+        calls = [([name], [generation, value, self.ttl_ms, stamp]) for name, generation, value, stamp in stores]
         try:
-            with self.client.pipeline(transaction=False) as pipe:
-                for name, generation, value, stamp in stores:
-                    self.store_if_unchanged(keys=[name], args=[generation, value, self.ttl_ms, stamp], client=pipe)
-                pipe.execute()
+            self._run(self.store_if_unchanged, calls)
         except self.unreachable as error:
             self._lost(error)
         except self.failed as error:  # out of memory under maxmemory noeviction: served, not kept
             log.warning("read cache: Redis refused to keep %s: %s", ", ".join(store[0] for store in stores), error)
+
+    def _run(self, script: Script, calls: list[tuple[list, list]]) -> list:
+        """``script`` run once for each (keys, args), in one round trip. A pipeline of registered scripts
+        would first ask Redis whether it has them, a second round trip on every read; here a script
+        Redis lacks (it restarted, say) is loaded once and the calls it refused are run again."""
+        replies = self._pipelined(script, calls)
+        refused = [i for i, reply in enumerate(replies) if isinstance(reply, self.no_script)]
+        if refused:
+            self.client.script_load(script.script)
+            for i, reply in zip(refused, self._pipelined(script, [calls[i] for i in refused]), strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _pipelined(self, script: Script, calls: list[tuple[list, list]]) -> list:
+        with self.client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return pipe.execute(raise_on_error=False)
 
     def derived(self, key: Hashable, inputs: tuple, compute: Callable[[], Any]) -> Any:
         # Every read decodes new values: nothing computed from them is ever the same twice.
