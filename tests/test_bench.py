@@ -4,6 +4,8 @@ no speed: that is what `make bench` is for."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tools import stages
-from tools.bench import charts, deployment, figures, machine, measure, plan, publishing, report, runs, tables
+from tools.bench import charts, deployment, figures, machine, measure, plan, publishing, report, runs, serving, tables
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -307,6 +309,31 @@ def test_a_profile_names_the_commit_its_servers_ran_not_the_tree_it_ended_with(m
     }  # fmt: skip
     text = profile.summary(result, stages.get_stage(6), "top")
     assert "commit abc1234." in text and "+changes" not in text
+
+
+class Served(Exception):
+    """Raised where a tool's stage would start serving."""
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [("profile", (300, 60.0)), ("soak", (300, 5.0, 10.0))])
+def test_profile_and_soak_serve_the_stage_as_the_bench_does(monkeypatch, tmp_path, tool, arguments):
+    # Stage 7 on the SQLite file of the seed, under the default key prefix, would be profiled (or soaked)
+    # on another database than its own, with whatever an earlier run left in Redis.
+    served = []
+
+    @contextlib.contextmanager
+    def as_the_bench(plan, stage, master):
+        served.append((stage.number, master))
+        raise Served
+        yield
+
+    monkeypatch.setattr(serving, "served", as_the_bench)
+    monkeypatch.setattr(serving, "seeded_master", lambda plan: tmp_path / "seed.sqlite3")
+    monkeypatch.setattr(machine, "bcrypt_bound", lambda cost, seconds: {"hashes_per_s": 8.0})
+    run = getattr(importlib.import_module(f"tools.{tool}"), tool)
+    with pytest.raises(Served):
+        run(7, *arguments, tmp_path / "out")
+    assert served == [(7, tmp_path / "seed.sqlite3")]
 
 
 def test_a_profile_of_a_stage_hashing_on_its_own_threads_shows_their_cpu_measured():

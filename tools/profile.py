@@ -3,8 +3,9 @@
     python -m tools.profile 6                          200 users for 60 s, the bench's data
     python -m tools.profile 6 --users 300 --seconds 90
 
-The stage runs on a fresh copy of the bench's seeded database (``TWEEPY_BENCH_USERS`` and the
-rest, as ``make bench``), locust runs the protocol, and once every user has logged in py-spy
+The stage is served as ``make bench`` serves it (its own database, PostgreSQL where it uses it, seeded
+with the bench's data, ``TWEEPY_BENCH_USERS`` and the rest; empty caches under a fresh key prefix),
+locust runs the protocol, and once every user has logged in py-spy
 samples every worker for the second half of the run. Written to
 ``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph), ``top.txt`` (the
 functions that took the CPU outside bcrypt, and how many samples hashed or idled) and
@@ -123,11 +124,11 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     machine.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
     bound = machine.bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
-    env = serving.bench_data_environment(plan, "profile")
     rate = max(1.0, round(plan.spawn_share * bound["hashes_per_s"], 1))
     ramp = users / rate
     commit = machine.git_commit()  # what the servers load now, whatever the tree holds when the run ends
-    with stages.start(stage, port=stages.free_port(), var=serving.WORK / "profile-var", env=env) as running:
+    # As the bench serves it: its own database (PostgreSQL for a stage that uses it), a fresh cache prefix.
+    with serving.served(plan, stage, serving.seeded_master(plan)) as (running, _):
         roots = [process.pid for _, process in running.children]
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),

@@ -3,9 +3,9 @@
     python -m tools.soak                         stage 6, 200 users, 5 minutes
     python -m tools.soak 6 --users 300 --minutes 10
 
-The stage is started on a fresh copy of the bench's seeded database, locust runs
-the protocol at a steady number of users, and every ``--every`` seconds the
-server processes' memory (PSS, nginx and every uWSGI process) is sampled. The
+The stage is served as ``make bench`` serves it (its own database seeded with the bench's data,
+empty caches), locust runs the protocol at a steady number of users, and every ``--every``
+seconds the server processes' memory (PSS, nginx and every uWSGI process) is sampled. The
 report says whether memory stayed within the caches' documented budget (each
 process may hold ``CACHE_BYTES`` of reads and ``FRAGMENT_CACHE_BYTES`` of
 rendered tweets on top of what it needs to run) and whether any request failed.
@@ -44,12 +44,11 @@ def soak(stage_number: int, users: int, minutes: float, every: float, out: Path)
     plan = make_plan([stage_number], quick=False, environ=os.environ)
     stage = stages.get_stage(stage_number)
     out.mkdir(parents=True, exist_ok=True)
-    env = serving.bench_data_environment(plan, "soak")
     rate = 4.0  # first logins a second: well within what the machine hashes
     ramp = users / rate
     samples = []
     commit = machine.git_commit()  # what the servers load now, whatever the tree holds when the run ends
-    with stages.start(stage, port=stages.free_port(), var=serving.WORK / "soak-var", env=env) as running:
+    with serving.served(plan, stage, serving.seeded_master(plan)) as (running, _):
         roots = [process.pid for _, process in running.children]
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),

@@ -45,18 +45,6 @@ def seeded_master(plan: Plan) -> Path:
     return master
 
 
-def bench_data_environment(plan: Plan, name: str) -> dict[str, str]:
-    """A stage's environment on a fresh copy of the bench's seeded database (``name``.sqlite3)."""
-    database = fresh_copy(seeded_master(plan), WORK / f"{name}.sqlite3")
-    return {
-        "TWEEPY_DATABASE_URL": f"sqlite:///{database}",
-        "TWEEPY_INSTANCE_PATH": str(WORK / "instance"),
-        "TWEEPY_BCRYPT_LOG_ROUNDS": str(plan.bcrypt_cost),
-        # The load generator plays thousands of people from one address: neither counted nor refused by address.
-        "TWEEPY_UNTHROTTLED_ADDRESSES": stages.LOAD_GENERATOR_ADDRESS,
-    }
-
-
 def fresh_copy(master: Path, target: Path) -> Path:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
