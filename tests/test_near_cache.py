@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 from flask_migrate import upgrade
 from helpers.browser import sign_up
 from helpers.caches import drop_prefix, new_prefix, stored
@@ -118,31 +119,65 @@ def test_a_follower_on_the_other_node_sees_a_tweet_within_the_bound_and_not_befo
 # --- who is logged in ---------------------------------------------------------------------
 
 
-def stolen_cookie_after_a_log_out(apps):
-    """alice logs in, her cookie is copied on B, and she logs out on A: a client on B with the copy."""
+def logged_in_on_both_nodes(apps) -> tuple[OnePersonsBrowser, str]:
+    """alice registers on A and reads her timeline on B: her session cookie, as a thief could copy it."""
     alice = OnePersonsBrowser(*apps)
     alice.on(A).register("alice")
     assert warm(alice.on(B), "/tweets/").status_code == 200
-    stolen = alice.on(B).client.get_cookie("session").value
-    assert alice.on(A).post("/logout/").status_code == 303
-    thief = apps[B].test_client()
-    thief.set_cookie("session", stolen)
-    return thief
+    return alice, alice.on(B).client.get_cookie("session").value
+
+
+def with_cookie(app, cookie: str):
+    client = app.test_client()
+    client.set_cookie("session", cookie)
+    return client
 
 
 def test_a_log_out_ends_every_copy_of_the_cookie_at_once_on_the_other_node(two_nodes):
     apps = two_nodes()
-    assert not any(key.startswith("session:") for key in near(apps[B]).entries), "sessions are not kept near"
-    assert stolen_cookie_after_a_log_out(apps).get("/tweets/").status_code == 302
+    alice, stolen = logged_in_on_both_nodes(apps)
+    assert not near(apps[B]).at_once, "sessions are not kept near"
+    assert alice.on(A).post("/logout/").status_code == 303
+    assert with_cookie(apps[B], stolen).get("/tweets/").status_code == 302
 
 
-def test_with_sessions_kept_near_a_log_out_ends_other_copies_within_the_bound(two_nodes):
-    apps = two_nodes(CACHE_SYNC_INTERVAL=BOUND_S, CACHE_NEAR_SESSIONS=True)
-    time.sleep(BOUND_S)
-    thief = stolen_cookie_after_a_log_out(apps)
+def test_with_sessions_kept_near_a_log_out_still_ends_every_copy_of_the_cookie_at_once(two_nodes):
+    apps = two_nodes(CACHE_NEAR_SESSIONS=True)
+    alice, stolen = logged_in_on_both_nodes(apps)
+    thief = with_cookie(apps[B], stolen)
+    assert thief.get("/tweets/").status_code == 200
+    assert near(apps[B]).at_once, "B keeps the session near"
+
+    assert alice.on(A).post("/logout/").status_code == 303
+    # Redis pushed the session's name to B before it answered A: no sync, no wait.
+    assert thief.get("/tweets/").status_code == 302
+    assert not near(apps[B]).at_once
+
+
+def test_a_session_kept_near_is_read_again_from_redis_while_redis_cannot_push_its_changes(two_nodes):
+    apps = two_nodes(CACHE_NEAR_SESSIONS=True)
+    alice, stolen = logged_in_on_both_nodes(apps)
+    thief = with_cookie(apps[B], stolen)
+    assert thief.get("/tweets/").status_code == 200
+    pushed = near(apps[B]).pushed
+    redis.Redis.from_url(redis_url()).client_kill_filter(_id=pushed.client_id)
+
+    assert alice.on(A).post("/logout/").status_code == 303
+    assert thief.get("/tweets/").status_code == 302
+    assert thief.get("/tweets/").status_code == 302
+    assert pushed.watching, "B follows Redis's changes again, on a connection made anew"
+
+
+def test_a_session_whose_delete_redis_missed_ends_on_the_other_node_once_the_log_is_replayed(two_nodes, monkeypatch):
+    apps = two_nodes(CACHE_NEAR_SESSIONS=True, CACHE_SYNC_INTERVAL=BOUND_S)
+    alice, stolen = logged_in_on_both_nodes(apps)
+    thief = with_cookie(apps[B], stolen)
+    assert thief.get("/tweets/").status_code == 200
+    monkeypatch.setattr(near(apps[A]).far, "evict", lambda keys: None)  # nothing changes in Redis: no push
+
+    assert alice.on(A).post("/logout/").status_code == 303
     logged_out_at = time.monotonic()
-    assert any(key.startswith("session:") for key in near(apps[B]).entries)
-    assert thief.get("/tweets/").status_code == 200, "the bound is real: B still knows the session"
+    assert thief.get("/tweets/").status_code == 200, "only the log can tell B, within the bound"
     time.sleep(max(0.0, logged_out_at + BOUND_S - time.monotonic()))
     assert thief.get("/tweets/").status_code == 302
 
@@ -150,8 +185,11 @@ def test_with_sessions_kept_near_a_log_out_ends_other_copies_within_the_bound(tw
 # --- what a read costs in round trips to Redis ------------------------------------------
 
 
-def test_a_timeline_found_in_the_process_asks_redis_only_who_is_logged_in(two_nodes, monkeypatch):
-    apps = two_nodes()
+@pytest.mark.parametrize(("sessions_near", "asked"), [(False, ["pipeline"]), (True, [])])
+def test_a_timeline_found_in_the_process_asks_redis_at_most_who_is_logged_in(
+    two_nodes, monkeypatch, sessions_near, asked
+):
+    apps = two_nodes(CACHE_NEAR_SESSIONS=sessions_near)
     alice = sign_up(apps[A], "alice")
     for name in ("bob", "carol", "dave"):
         sign_up(apps[A], name).post("/tweets/", {"tweet": f"{name}'s news"})
@@ -160,8 +198,8 @@ def test_a_timeline_found_in_the_process_asks_redis_only_who_is_logged_in(two_no
     made = round_trips(apps[A], monkeypatch)
 
     assert tweet_texts(alice.get("/tweets/")) == ["dave's news", "carol's news", "bob's news"]
-    # The session is read where every node sees a log out at once: Redis.
-    assert made == ["pipeline"]
+    # The session is read from Redis unless Redis pushes its changes to the process, which keeps it near.
+    assert made == asked
 
 
 def test_a_timeline_whose_pages_all_changed_asks_redis_for_them_in_one_round_trip(two_nodes, monkeypatch):
@@ -238,6 +276,33 @@ def test_a_redis_restart_costs_no_error_and_no_stale_page(make_app, database, ow
                 db.engine.dispose()
 
 
+def test_a_redis_restart_ends_no_session_late_and_sessions_are_kept_near_again_after(make_app, database, own_redis):
+    interval = 3.0  # the log's replay cannot explain a log out seen sooner
+    settings = {**NEAR, "DATABASE_URL": database, "CACHE_URL": own_redis.url, "CACHE_TIMEOUT_S": 0.2}
+    apps = [make_app(**settings, CACHE_NEAR_SESSIONS=True, CACHE_SYNC_INTERVAL=interval) for _ in (A, B)]
+    with apps[A].app_context():
+        empty_every_table()
+    try:
+        alice, stolen = logged_in_on_both_nodes(apps)
+        thief = with_cookie(apps[B], stolen)
+        assert thief.get("/tweets/").status_code == 200
+        assert near(apps[B]).at_once
+
+        own_redis.stop()
+        assert alice.on(A).post("/logout/").status_code == 303
+        assert thief.get("/tweets/").status_code == 302, "B lost Redis's pushes, and with them what it kept"
+
+        own_redis.start()
+        time.sleep(interval)
+        assert alice.on(A).login("alice").status_code == 303
+        assert warm(alice.on(B), "/tweets/").status_code == 200
+        assert near(apps[B]).pushed.watching and near(apps[B]).at_once, "kept near again"
+    finally:
+        for app in apps:
+            with app.app_context():
+                db.engine.dispose()
+
+
 # --- the invalidation state machine, across two nodes -----------------------------------
 
 
@@ -258,7 +323,14 @@ class InvalidationWorldOnTwoNearNodes(InvalidationWorld):
     def settings(self) -> dict:
         # Long enough that only catch_up replays the log, short of the time after which a process drops all.
         near = {"CACHE_URL": self.url, "CACHE_KEY_PREFIX": self.prefix, "CACHE_SYNC_INTERVAL": 60.0}
-        return {**super().settings(), "DATABASE_URL": self.database, "CACHE": "redis", "CACHE_NEAR": True, **near}
+        return {
+            **super().settings(),
+            "DATABASE_URL": self.database,
+            "CACHE": "redis",
+            "CACHE_NEAR": True,
+            "CACHE_NEAR_SESSIONS": True,
+            **near,
+        }
 
     def node(self):
         from tweepy import create_app
@@ -270,6 +342,9 @@ class InvalidationWorldOnTwoNearNodes(InvalidationWorld):
 
     def processes(self) -> list:
         return [self.app, self.other]
+
+    def kept(self, app):
+        return {**near(app).entries, **near(app).at_once}
 
     def catch_up(self, app) -> None:
         backend = near(app)

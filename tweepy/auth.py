@@ -58,9 +58,9 @@ def load_user(cookie_id: str) -> CurrentUser | None:
     user_id, _, session_id = cookie_id.partition(".")
     if not (user_id.isdigit() and session_id):
         return None
-    # A log out ends every copy of the cookie at once: read from the cache only where every process
-    # sees its eviction at once, else from the database (within the bound with CACHE_NEAR_SESSIONS).
-    found = queries.session_of.at_once(int(user_id), digest_of(session_id))
+    # A log out ends every copy of the cookie at once: the read is cached only where every process sees
+    # its eviction at once.
+    found = queries.session_of(int(user_id), digest_of(session_id))
     config = current_app.config
     now = int(time.time())
     if found is None or now - found.started.replace(tzinfo=UTC).timestamp() > config["SESSION_LIFETIME_S"]:

@@ -153,8 +153,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "CACHE_NEAR_SESSIONS",
         False,
-        "With CACHE_NEAR: who is logged in is kept near too (a round trip less a request); a log out then ends "
-        "other copies of its cookie within CACHE_SYNC_INTERVAL, not at once",
+        "With CACHE_NEAR: who is logged in is kept near too (a round trip less a request), trusted while Redis "
+        "pushes every change of it, so a log out still ends every copy of its cookie at once",
     ),
     Setting("CACHE_URL", "redis://127.0.0.1:6379/0", "The Redis of CACHE=redis (a password in it is never logged)"),
     Setting("CACHE_KEY_PREFIX", "tweepy:", "Starts every key CACHE=redis writes, so deployments can share one Redis"),

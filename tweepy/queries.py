@@ -175,7 +175,7 @@ def session_subject(user_id: int, digest: str) -> str:
     return f"{user_id}:{digest}"
 
 
-@memoized("session")
+@memoized("session", at_once=True)
 def session_of(user_id: int, digest: str) -> SessionRow | None:
     """The live session of this user with this digest of its id, read on every request of a logged-in
     person (cached where a log out is seen everywhere at once); None once it ended."""

@@ -23,7 +23,8 @@ class CachedRead(Generic[P, R]):
     """A read whose results are kept under keys it names itself.
 
     ``canonical`` maps the read's arguments to the ones that identify a result
-    (``"Bob"`` and ``"bob"`` name the same user), for the call and the key alike.
+    (``"Bob"`` and ``"bob"`` name the same user), for the call and the key alike. A read ``at_once``
+    is served only from a copy that every process sees a write evict at once.
     """
 
     def __init__(
@@ -32,8 +33,10 @@ class CachedRead(Generic[P, R]):
         read: Callable[P, R],
         canonical: Callable[..., tuple] | None = None,
         keep: Callable[[R], bool] | None = None,
+        at_once: bool = False,
     ) -> None:
         self.name = name
+        self.at_once = at_once
         self.uncached = read
         self.canonical = canonical or (lambda *args: args)
         # A miss is not kept: its key is whatever the client asked for, and
@@ -51,15 +54,13 @@ class CachedRead(Generic[P, R]):
 
     def __call__(self, *args: Hashable) -> R:
         canonical = self.canonical(*args)
-        return cache().get_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
-
-    def at_once(self, *args: Hashable) -> R:
-        """The result as the call gives it, from the cache only where every process sees a write at once."""
-        canonical = self.canonical(*args)
-        return cache().get_at_once_or_compute(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
+        get = cache().get_at_once_or_compute if self.at_once else cache().get_or_compute
+        return get(self._key_of(canonical), lambda: self.uncached(*canonical), self.keep)
 
     def many(self, calls: Iterable[tuple]) -> list[R]:
         """The results of several calls (each a tuple of arguments), asked of the cache at once."""
+        if self.at_once:
+            return [self(*args) for args in calls]
         canonical = [self.canonical(*args) for args in calls]
         keys = [self._key_of(args) for args in canonical]
         return cache().get_many_or_compute(keys, lambda i: self.uncached(*canonical[i]), self.keep)
@@ -73,21 +74,30 @@ READS: dict[str, CachedRead] = {}
 
 
 def memoized(
-    name: str, canonical: Callable[..., tuple] | None = None, keep: Callable[[Any], bool] | None = None
+    name: str,
+    canonical: Callable[..., tuple] | None = None,
+    keep: Callable[[Any], bool] | None = None,
+    at_once: bool = False,
 ) -> Callable[[Callable[P, R]], CachedRead[P, R]]:
     """Cache a read under keys ``name:arg1:arg2``; ``read.key(...)`` names them for ``forget``.
 
     ``canonical`` maps arguments to the ones that identify a result; ``keep``
-    says which results are worth keeping (by default, anything but None).
+    says which results are worth keeping (by default, anything but None); a read
+    ``at_once`` is one whose writes every process must see at once (a log out).
     """
 
     def decorate(read: Callable[P, R]) -> CachedRead[P, R]:
         if name in READS:
             raise ValueError(f"two cached reads are named {name!r}")
-        READS[name] = CachedRead(name, read, canonical, keep)
+        READS[name] = CachedRead(name, read, canonical, keep, at_once)
         return READS[name]
 
     return decorate
+
+
+def seen_at_once() -> set[str]:
+    """The names of the reads whose writes every process must see at once."""
+    return {name for name, read in READS.items() if read.at_once}
 
 
 def forget(*keys: CacheKey) -> None:

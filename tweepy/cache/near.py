@@ -5,7 +5,10 @@ one round trip for all the keys it lacks), then the database. Each process keeps
 ``LocalCache`` does, by replaying the invalidation log (in the database); each value Redis keeps is
 stamped with the last log id its reader had replayed, and a value stamped before an eviction replayed
 here is read afresh, so an eviction Redis missed (a lost delete, a writer cut off) leaves nothing stale
-once the log is replayed. Why: docs/caching.md and stages/7-scale-out/README.md.
+once the log is replayed. A read every process must see evicted at once (who is logged in) is kept here
+only with ``CACHE_NEAR_SESSIONS``, where Redis pushes the name of each such key anyone changes
+(``tracking.py``), and trusted only once every name pushed so far is evicted. Why: docs/caching.md and
+stages/7-scale-out/README.md.
 """
 
 from __future__ import annotations
@@ -13,13 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import cachetools
+
 from .backend import CacheKey, request_state
+from .keys import seen_at_once
 from .local import LocalCache
 from .redis_cache import RedisCache
+from .tracking import EVERYTHING, Invalidations
 
 # Keys whose last eviction's log id is remembered (a few dozen bytes each); past this many, the highest
 # of them stands for all.
 EVICTIONS_REMEMBERED = 100_000
+# Entries read at once (sessions, a few hundred bytes each) kept in the process.
+AT_ONCE_KEPT = 100_000
 
 
 class NearCache(LocalCache):
@@ -30,9 +39,14 @@ class NearCache(LocalCache):
     ) -> None:
         super().__init__(max_bytes, ttl, sync_interval)
         self.far = far
-        # Whether what must be seen at once everywhere (who is logged in) may be kept near, and so be
-        # seen within the staleness bound instead.
-        self.sessions_near = sessions_near
+        # What must be seen evicted at once everywhere (who is logged in), kept here only while Redis pushes
+        # every change of it; without ``sessions_near`` it is always read from Redis.
+        self.at_once: cachetools.TTLCache = cachetools.TTLCache(maxsize=AT_ONCE_KEPT, ttl=ttl)
+        self.pushed = (
+            Invalidations(far.url, self._tracked_prefixes, far.timeout, sync_interval) if sessions_near else None
+        )
+        # Counts the changes pushed and applied here: a value read from Redis before one of them is not kept.
+        self.pushes_applied = 0
         # For each key, the log id of its last eviction here: a value from Redis stamped below it is older.
         self.evicted_by: dict[str, int] = {}
         # What a key missing from ``evicted_by`` may have been evicted by: nothing known before the first
@@ -65,10 +79,39 @@ class NearCache(LocalCache):
         return found
 
     def get_at_once_or_compute(self, key: CacheKey, compute: Callable[[], Any], keep: Callable[[Any], bool]) -> Any:
-        if self.sessions_near:
-            return self.get_or_compute(key, compute, keep)
+        if self.pushed is not None:
+            with self.lock:
+                if self._apply_pushed():
+                    try:
+                        return self.at_once[key]
+                    except KeyError:
+                        pass
+                before = self.pushes_applied
         # Redis is evicted before the writer answers; its stamp guards against a delete it missed.
-        return self.far.get_many_or_compute([key], lambda _: compute(), keep, *self._stamps([key]))[0]
+        value = self.far.get_many_or_compute([key], lambda _: compute(), keep, *self._stamps([key]))[0]
+        if self.pushed is not None and keep(value):
+            with self.lock:
+                # Every change made after Redis answered will be pushed, and evict what is kept now; one
+                # pushed and applied in the meantime (by another greenlet) would not.
+                if self._apply_pushed() and self.pushes_applied == before:
+                    self.at_once[key] = value
+        return value
+
+    def _apply_pushed(self) -> bool:
+        """Evict what Redis pushed since last asked (with the lock held); whether it pushes every change now."""
+        changed = self.pushed.changed()
+        if changed is EVERYTHING:
+            self.at_once.clear()
+            self.pushes_applied += 1
+        elif changed:
+            start = len(self.far.prefix)
+            for name in changed:
+                self.at_once.pop(name[start:], None)
+            self.pushes_applied += 1
+        return self.pushed.watching
+
+    def _tracked_prefixes(self) -> list[str]:
+        return [f"{self.far.prefix}{name}:" for name in sorted(seen_at_once())]
 
     def _stamps(self, keys: list[CacheKey]) -> tuple[int, list[int]]:
         """The stamp a value computed now gets, and the least stamp each key's value in Redis must have."""
@@ -103,12 +146,15 @@ class NearCache(LocalCache):
 
     def _clear(self) -> None:
         super()._clear()
+        self.at_once.clear()
         self.evicted_by.clear()
         self.floor = self.applied or 0
 
     def _evict(self, keys: Iterable[str], logged: Iterable[int] = ()) -> None:
         keys, logged = list(keys), list(logged)
         super()._evict(keys, logged)
+        for key in keys:  # a change Redis did not push (its delete was lost) ends here once replayed
+            self.at_once.pop(key, None)
         # Where not known, only the writes up to the last one replayed can have made a key stale.
         logged += [self.applied or 0] * (len(keys) - len(logged))
         for key, log_id in zip(keys, logged, strict=True):

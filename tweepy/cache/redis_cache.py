@@ -79,7 +79,7 @@ class RedisCache:
         self.no_script = redis.exceptions.NoScriptError
         self.value_or_generation = self.client.register_script(VALUE_OR_GENERATION)
         self.store_if_unchanged = self.client.register_script(STORE_IF_UNCHANGED)
-        self.prefix = prefix
+        self.url, self.timeout, self.prefix = url, timeout, prefix
         self.ttl_ms = max(1, int(ttl * 1000))
         self.sync_interval = sync_interval
         # Until Redis is known to owe nothing (at start: a process that died may have left debts),
