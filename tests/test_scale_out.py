@@ -42,6 +42,15 @@ def test_nginx_spreads_requests_over_one_server_a_node(tmp_path):
     assert single.count("server unix:") == 1
 
 
+def test_nginx_keeps_each_browser_on_one_node_only_with_node_affinity(tmp_path):
+    stage = stages.get_stage(7)
+    spread = stages.write_nginx_conf(stage, tmp_path / "spread", 8080).read_text()
+    stage.settings["TWEEPY_NODE_AFFINITY"] = "true"
+    kept = stages.write_nginx_conf(stage, tmp_path / "kept", 8080).read_text()
+    assert "hash $browser consistent;" in kept
+    assert "hash $browser" not in spread
+
+
 # --- losing a node, for real ----------------------------------------------------------
 
 

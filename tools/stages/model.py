@@ -28,6 +28,11 @@ SERVING_SETTINGS: tuple[Setting, ...] = (
     Setting("GEVENT", 0, "gevent greenlets per uWSGI process; 0 means plain synchronous workers"),
     Setting("LISTEN", 1024, "uWSGI listen queue: connections waiting for a free worker"),
     Setting("NODES", 1, "uWSGI instances behind nginx, each standing in for an app host with its own processes"),
+    Setting(
+        "NODE_AFFINITY",
+        False,
+        "With NODES > 1: nginx sends each logged-in browser (by its device cookie) to the same node, else round robin",
+    ),
     Setting("SCHEMA_REVISION", "head", "Alembic revision the stage runs at (0002: all but the timeline indexes)"),
     Setting(
         "SERVE_AS",
@@ -39,6 +44,7 @@ SERVING_SETTINGS: tuple[Setting, ...] = (
 )
 APP_SETTING_NAMES = {f"TWEEPY_{s.name}" for s in SETTINGS}
 SERVING_DEFAULTS = {f"TWEEPY_{s.name}": str(s.default) for s in SERVING_SETTINGS}
+SERVING_BY_NAME = {s.name: s for s in SERVING_SETTINGS}
 # App settings a caller's environment may pass through to a stage; every other
 # TWEEPY_* variable is dropped, so a stage measures what its folder says.
 PASSED_THROUGH = {
@@ -91,6 +97,10 @@ class Stage:
     def get(self, name: str) -> str:
         """A serving setting of this stage (the app's own settings are the app's to read)."""
         return self.settings.get(f"TWEEPY_{name}", SERVING_DEFAULTS[f"TWEEPY_{name}"])
+
+    def serving_flag(self, name: str) -> bool:
+        """A serving setting that is on or off."""
+        return SERVING_BY_NAME[name].parse(self.get(name))
 
     @property
     def app_settings(self) -> dict[str, str]:

@@ -53,6 +53,9 @@ def write_nginx_conf(stage: Stage, var: Path, port: int, user: privileges.User |
         "ROOT": str(ROOT),
         "PORT": str(port),
         "NGINX_ETC": "/etc/nginx",
+        # By browser: what a node keeps for a user (their merged timeline, its rows) is made on one node,
+        # not on each; a browser yet to log in, with no key, goes round robin.
+        "UPSTREAM_BALANCE": "hash $browser consistent;" if stage.serving_flag("NODE_AFFINITY") else "",
         "UPSTREAM_SERVERS": "\n        ".join(
             f"server unix:{n / 'uwsgi.sock'} max_fails=3 fail_timeout=2s;" for n in stage.node_folders(var)
         ),
