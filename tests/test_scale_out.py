@@ -9,10 +9,11 @@ import subprocess
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers.http import logged_in, worker_of
+from helpers.http import Visitor, logged_in, worker_of
 from helpers.postgres import fresh_database
 from sqlalchemy import create_engine, func, select
 
@@ -60,7 +61,14 @@ WRITERS, TIME_LIMIT = 4, 60
 @pytest.fixture
 def scaled_out(tmp_path):
     """Stage 7 on a fresh PostgreSQL database, every answer naming its node and process."""
+    with serving_stage_7(tmp_path) as served:
+        yield served
+
+
+@contextmanager
+def serving_stage_7(tmp_path, **serving: str):
     stage = stages.get_stage(7)
+    stage.settings.update({f"TWEEPY_{name}": value for name, value in serving.items()})
     with fresh_database("nodes") as database:
         env = {
             "TWEEPY_DATABASE_URL": database,
@@ -126,6 +134,26 @@ def test_nginx_routes_around_a_lost_node_no_acknowledged_write_is_lost_and_the_n
                                 start_new_session=True)  # fmt: skip
     running.children = [(name, back if name == "uwsgi-node1" else process) for name, process in running.children]
     assert reaches_node(logged_in(running.url, "user9"), back.pid, within=20), "no request reached the node back"
+
+
+@pytest.mark.integration
+def test_with_node_affinity_a_logged_in_browser_stays_on_one_node_and_the_rest_are_spread(tmp_path):
+    with serving_stage_7(tmp_path, NODE_AFFINITY="true") as (running, _database):
+        masters = {process.pid: name for name, process in running.children if name.startswith("uwsgi-node")}
+
+        def node_of(response) -> str:
+            worker = int(worker_of(response).rsplit(":", 1)[1])
+            return masters[int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])]
+
+        homes = []
+        for k in range(1, 17):
+            visitor = logged_in(running.url, f"user{k}")
+            nodes = {node_of(visitor.get("/tweets/")) for _ in range(6)}
+            assert len(nodes) == 1, f"user{k}'s pages were served by {sorted(nodes)}"
+            homes.append(nodes.pop())
+        assert set(homes) == set(masters.values()), "browsers are kept on every node, not one"
+        strangers = {node_of(Visitor(running.url).get("/")) for _ in range(10)}
+        assert strangers == set(masters.values()), "a browser yet to log in goes round robin"
 
 
 def reaches_node(visitor, master_pid: int, within: float) -> bool:
