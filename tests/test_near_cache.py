@@ -173,7 +173,7 @@ def test_a_session_whose_delete_redis_missed_ends_on_the_other_node_once_the_log
     alice, stolen = logged_in_on_both_nodes(apps)
     thief = with_cookie(apps[B], stolen)
     assert thief.get("/tweets/").status_code == 200
-    monkeypatch.setattr(near(apps[A]).far, "evict", lambda keys: None)  # nothing changes in Redis: no push
+    monkeypatch.setattr(near(apps[A]).far, "replace", lambda values, stamp: None)  # nothing changes in Redis: no push
 
     assert alice.on(A).post("/logout/").status_code == 303
     logged_out_at = time.monotonic()
@@ -224,6 +224,46 @@ def test_a_timeline_whose_pages_all_changed_asks_redis_for_them_in_one_round_tri
     assert all(queries.newest_tweets_by.key(user_id(apps[A], name)) in near(apps[B]).entries for name in authors)
 
 
+# --- what a write gives Redis ---------------------------------------------------------------
+
+
+def test_a_page_the_writer_changed_in_place_is_given_to_redis_for_the_other_node(two_nodes, monkeypatch):
+    apps = two_nodes()
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    alice.on(A).post("/tweets/", {"tweet": "hello"})
+    warm(alice.on(A), "/users/alice/")  # A keeps her page, current
+    page = queries.newest_tweets_by.key(user_id(apps[A], "alice"))
+
+    assert alice.on(A).post("/tweets/", {"tweet": "made in place"}).status_code == 303
+    assert [row.text for row in stored(apps[B], page)] == ["made in place", "hello"]
+    monkeypatch.setattr(queries.newest_tweets_by, "uncached", lambda *args: pytest.fail("read from the database"))
+    assert tweet_texts(alice.on(B).get("/users/alice/")) == ["made in place", "hello"]
+
+
+def test_a_page_given_to_redis_after_a_later_write_is_never_served(two_nodes):
+    apps = two_nodes(CACHE_SYNC_INTERVAL=BOUND_S)
+    alice = OnePersonsBrowser(*apps)
+    alice.on(A).register("alice")
+    alice.on(A).post("/tweets/", {"tweet": "hello"})
+    warm(alice.on(A), "/users/alice/")
+    page = queries.newest_tweets_by.key(user_id(apps[A], "alice"))
+    far = near(apps[A]).far
+    assert alice.on(A).post("/tweets/", {"tweet": "first"}).status_code == 303
+    late = far.client.hgetall(far.prefix + page)  # the first write's page, as if it reached Redis late
+    assert [row.text for row in stored(apps[B], page)] == ["first", "hello"]
+
+    assert alice.on(B).post("/tweets/", {"tweet": "second"}).status_code == 303
+    far.client.hset(far.prefix + page, mapping=late)
+
+    # The second writer, on either node, and everyone once the bound has passed, read it afresh.
+    everything = ["second", "first", "hello"]
+    assert tweet_texts(alice.on(A).get("/users/alice/")) == everything
+    assert tweet_texts(alice.on(B).get("/users/alice/")) == everything
+    time.sleep(BOUND_S)
+    assert tweet_texts(apps[A].test_client().get("/users/alice/")) == everything
+
+
 # --- a delete Redis missed, and a Redis restarted -------------------------------------------
 
 
@@ -237,7 +277,7 @@ def test_a_delete_redis_missed_leaves_no_stale_page_once_the_log_is_replayed(two
     page = queries.newest_tweets_by.key(user_id(apps[A], "alice"))
     assert stored(apps[B], page) == ()
 
-    monkeypatch.setattr(near(apps[A]).far, "evict", lambda keys: None)  # the delete is lost on its way
+    monkeypatch.setattr(near(apps[A]).far, "replace", lambda values, stamp: None)  # the delete is lost on its way
     assert alice.on(A).post("/tweets/", {"tweet": "the delete was lost"}).status_code == 303
     assert stored(apps[B], page) == (), "Redis still holds the page the write made stale"
 
@@ -318,7 +358,7 @@ class InvalidationWorldOnTwoNearNodes(InvalidationWorld):
         empty_every_table()
         self.other = self.node()
         if self.lose_redis_deletes:
-            near(self.app).far.evict = lambda keys: None
+            near(self.app).far.replace = lambda values, stamp: None
 
     def settings(self) -> dict:
         # Long enough that only catch_up replays the log, short of the time after which a process drops all.

@@ -263,7 +263,13 @@ class LocalCache:
         request_state().patches.append(Patch(key, change))
 
     def after_commit(self) -> None:
+        self._commit()
+
+    def _commit(self) -> dict[str, Any]:
+        """Evict what the committed write forgot, and change what it patched where this process can tell its
+        entry held every earlier write; the entries so changed, by key."""
         state = request_state()
+        changed: list[tuple[str, Any]] = []
         if state.forgotten:
             keys, state.forgotten = state.forgotten, []
             first, state.forgotten_from = state.forgotten_from, None
@@ -290,6 +296,7 @@ class LocalCache:
                     before = self.signal.bump()
                     if before == self.signalled:
                         self.signalled = before + 1  # only this write is new here, and it is evicted already
+        return {key: value for key, value in changed if value is not None}
 
     def after_rollback(self) -> None:
         state = request_state()

@@ -135,10 +135,13 @@ class NearCache(LocalCache):
         return values
 
     def after_commit(self) -> None:
-        keys = list(request_state().forgotten)
+        state = request_state()
+        keys, stamp = list(state.forgotten), state.forgotten_up_to
+        changed = self._commit()
         if keys:
-            self.far.evict(keys)  # before the response leaves, as RedisCache does
-        super().after_commit()
+            # Before the response leaves, as RedisCache does. An entry this process changed in place is
+            # given to Redis too, stamped with this write: other nodes read it rather than the database.
+            self.far.replace({key: changed.get(key) for key in keys}, stamp)
 
     def sync(self, at_least: int | None = None) -> None:
         super().sync(at_least)

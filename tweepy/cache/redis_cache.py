@@ -47,6 +47,16 @@ redis.call('HSET', KEYS[1], 'generation', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {0, ARGV[1]}
 """
+# After a write: its own value, stamped with its log id, in place of whatever was kept (none given: only the
+# delete). Under a near cache a value stamped before a later write is refused by whoever replayed that write,
+# so none is served stale; the fresh generation refuses any store claimed before it.
+REPLACE = """
+redis.call('DEL', KEYS[1])
+if ARGV[1] == '' then return 0 end
+redis.call('HSET', KEYS[1], 'value', ARGV[1], 'generation', ARGV[2], 'stamp', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
 # A store: only if no write evicted the key since its generation was read.
 STORE_IF_UNCHANGED = """
 if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
@@ -79,6 +89,7 @@ class RedisCache:
         self.no_script = redis.exceptions.NoScriptError
         self.value_or_generation = self.client.register_script(VALUE_OR_GENERATION)
         self.store_if_unchanged = self.client.register_script(STORE_IF_UNCHANGED)
+        self.replace_script = self.client.register_script(REPLACE)
         self.url, self.timeout, self.prefix = url, timeout, prefix
         self.ttl_ms = max(1, int(ttl * 1000))
         self.sync_interval = sync_interval
@@ -238,6 +249,24 @@ class RedisCache:
                 self._lost(error)
         if not self.log_replayed:
             self._owe(keys)
+
+    def replace(self, values: dict[str, Any], stamp: int) -> None:
+        """Under a near cache (``log_replayed``), after a write logged up to ``stamp``: keep each value given
+        in place of its key's, stamped with it, and evict each key given None; one round trip for all."""
+        calls = []
+        for key, value in values.items():
+            try:
+                encoded = b"" if value is None else codec.encode(value)
+            except TypeError as error:  # served from the process, read again elsewhere
+                log.warning("read cache: cannot keep %s: %s", key, error)
+                encoded = b""
+            calls.append(([self.prefix + key], [encoded, secrets.token_hex(8), stamp, self.ttl_ms]))
+        if time.monotonic() < self.unreachable_until:
+            return  # nothing is owed: what Redis kept stale, the stamps refuse
+        try:
+            self._run(self.replace_script, calls)
+        except self.failed as error:
+            self._lost(error)
 
     def pay_debts(self) -> None:
         """Evict what this process and the table say is owed; then Redis can be trusted again."""
