@@ -253,6 +253,8 @@ class RedisCache:
     def replace(self, values: dict[str, Any], stamp: int) -> None:
         """Under a near cache (``log_replayed``), after a write logged up to ``stamp``: keep each value given
         in place of its key's, stamped with it, and evict each key given None; one round trip for all."""
+        if time.monotonic() < self.unreachable_until:
+            return  # nothing is owed: what Redis kept stale, the stamps refuse
         calls = []
         for key, value in values.items():
             try:
@@ -261,8 +263,6 @@ class RedisCache:
                 log.warning("read cache: cannot keep %s: %s", key, error)
                 encoded = b""
             calls.append(([self.prefix + key], [encoded, secrets.token_hex(8), stamp, self.ttl_ms]))
-        if time.monotonic() < self.unreachable_until:
-            return  # nothing is owed: what Redis kept stale, the stamps refuse
         try:
             self._run(self.replace_script, calls)
         except self.failed as error:
