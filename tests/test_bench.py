@@ -336,6 +336,31 @@ def test_profile_and_soak_serve_the_stage_as_the_bench_does(monkeypatch, tmp_pat
     assert served == [(7, tmp_path / "seed.sqlite3")]
 
 
+def test_a_profile_samples_every_app_server_and_not_nginx(tmp_path):
+    from tools import profile
+
+    def busy(name: str) -> subprocess.Popen:
+        script = tmp_path / "servers" / f"{name}.py"
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(f"def {name}():\n    while True:\n        sum(range(1000))\n\n\n{name}()\n")
+        return subprocess.Popen([sys.executable, str(script)])
+
+    nodes = [("nginx", busy("front_door")), ("uwsgi-node1", busy("first_node")), ("uwsgi-node2", busy("second_node"))]
+    try:
+        pids = profile.app_servers(nodes)
+        assert pids == [nodes[1][1].pid, nodes[2][1].pid]
+        profile.record_stacks(pids, 2, tmp_path / "profile.raw")
+    finally:
+        for _, process in nodes:
+            process.kill()
+            process.wait()
+    with open(tmp_path / "profile.raw") as raw:
+        inclusive, _, counts = profile.busy_functions(raw)
+    sampled = {name.split(" ")[0] for name in inclusive}
+    assert {"first_node", "second_node"} <= sampled and "front_door" not in sampled
+    assert counts["busy"] > 0 and sorted(tmp_path.glob("profile*")) == [tmp_path / "profile.raw"]
+
+
 def test_a_profile_of_a_stage_hashing_on_its_own_threads_shows_their_cpu_measured():
     from tools import profile
 

@@ -6,9 +6,9 @@
 The stage is served as ``make bench`` serves it (its own database, PostgreSQL where it uses it, seeded
 with the bench's data, ``TWEEPY_BENCH_USERS`` and the rest; empty caches under a fresh key prefix),
 locust runs the protocol, and once every user has logged in py-spy
-samples every worker for the second half of the run. Written to
-``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph), ``top.txt`` (the
-functions that took the CPU outside bcrypt, and how many samples hashed or idled) and
+samples every worker of every node for the second half of the run. Written to
+``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph of the first node), ``top.txt``
+(the functions that took the CPU outside bcrypt on every node, and how many samples hashed or idled) and
 ``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the probe's
 cost, and hashing threads' own CPU where there are any; and the locust figures).
 """
@@ -57,6 +57,31 @@ def busy_functions(collapsed_lines) -> tuple[Counter, Counter, dict]:
             for frame in set(frames):
                 inclusive[frame] += int(samples)
     return inclusive, own, counts
+
+
+def app_servers(children: list[tuple[str, subprocess.Popen]]) -> list[int]:
+    """The pids py-spy samples: every app server's root (uWSGI's master of each node, or run.py), not nginx."""
+    return [process.pid for name, process in children if name != "nginx"]
+
+
+def py_spy(pid: int) -> list[str]:
+    """py-spy recording ``pid`` and its children (uWSGI's workers), without pausing them."""
+    return [str(stages.BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", "100"]
+
+
+def record_stacks(pids: list[int], seconds: int, out: Path) -> None:
+    """Every server in ``pids`` sampled over the same ``seconds``, their collapsed stacks in one file."""
+    parts = [out.with_name(f"{out.stem}-{pid}{out.suffix}") for pid in pids]
+    recorders = [
+        subprocess.Popen([*py_spy(pid), "--duration", str(seconds), "--format", "raw", "-o", str(part)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for pid, part in zip(pids, parts, strict=True)
+    ]  # fmt: skip
+    for recorder in recorders:
+        recorder.wait(timeout=seconds + 60)
+    out.write_text("".join(part.read_text() for part in parts if part.exists()))
+    for part in parts:
+        part.unlink(missing_ok=True)
 
 
 def top_table(inclusive: Counter, own: Counter, counts: dict, rows: int = 40) -> str:
@@ -143,17 +168,15 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
             servers = process_tree(roots)
             cpu_before, threads_before = cpu_seconds(servers), thread_cpu_seconds(servers, HASHING_THREAD)
             sampled, sampled_at = time.monotonic(), time.time()
-            target = roots[-1]  # uWSGI's master (its workers are its children), or run.py
-            record = [str(stages.BIN / "py-spy"), "record", "--pid", str(target), "--subprocesses", "--nonblocking"]
-            record += ["--rate", "100", "--duration", str(int(seconds / 2) - 2)]
-            subprocess.run([*record, "--format", "raw", "-o", str(out / "profile.raw")], capture_output=True)
+            apps = app_servers(running.children)
+            record_stacks(apps, int(seconds / 2) - 2, out / "profile.raw")
             servers = process_tree(roots)
             cpu_window = cpu_seconds(servers) - cpu_before
             threads_window = thread_cpu_seconds(servers, HASHING_THREAD) - threads_before
             window_s, window_end = time.monotonic() - sampled, time.time()
             locust.wait(timeout=seconds + 60)
-        # A short second recording, for the picture (py-spy writes one format a run).
-        subprocess.run([*record[:-2], "--duration", "5", "-o", str(out / "flame.svg")], capture_output=True)
+        # A short second recording, for the picture (py-spy writes one format a run): the first app server's.
+        subprocess.run([*py_spy(apps[0]), "--duration", "5", "-o", str(out / "flame.svg")], capture_output=True)
     figures = locust_figures(out / "locust")
     # locust writes its history once a second: the window is whole seconds inside the sampled time.
     window = window_counts(out / "locust_stats_history.csv", sampled_at + 1, window_end - 1)
