@@ -19,7 +19,7 @@ help:
 	@echo "make lint            ruff: the style the code is checked against (pyproject.toml)"
 	@echo "make bench           measure the stages with the locust protocol (STAGES=\"4 5 6\", QUICK=1, KEEP_FROM=results/<run>);"
 	@echo "                     only a run that measures every stage rewrites results/LATEST.md and the READMEs"
-	@echo "                     (SPLIT=1/2: half the ladder and stage 4 as a control; python -m tools.bench --compose"
+	@echo "                     (SPLIT=1/2: half the ladder, and stage 4's capacity as a control; python -m tools.bench --compose"
 	@echo "                     FOLDERS makes one ladder of the parts, each stage a ratio to its own part's control)"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
 	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request, by type (PROFILE=1)"

@@ -35,6 +35,22 @@ def test_each_part_measures_its_share_of_the_ladder_and_the_control_stage():
     assert second[:3] == [(4, "reads"), (4, "timelines"), (4, None)]
 
 
+def test_a_part_measures_its_control_for_its_capacity_only_unless_the_control_is_its_own_share():
+    def plan_of_part(k: int, n: int = 4) -> plan.Plan:
+        part = plan.make_plan(split.part_stages(EVERY, f"{k}/{n}"), False, {})
+        part.split = f"{k}/{n}"
+        return part
+
+    control, other = stages.get_stage(split.CONTROL), stages.get_stage(0)
+    assert split.CONTROL not in split.own_share(EVERY, 1, 4) and split.CONTROL in split.own_share(EVERY, 3, 4)
+    alone = split.plan_for(plan_of_part(1), control)
+    assert (alone.overload, alone.cold_windows, alone.capacity_windows) == (0, 0, plan.Plan([]).capacity_windows)
+    for whole in (split.plan_for(plan_of_part(3), control), split.plan_for(plan_of_part(1), other)):
+        assert (whole.overload, whole.cold_windows) == (plan.Plan([]).overload, plan.Plan([]).cold_windows)
+    unsplit = plan.make_plan([split.CONTROL], False, {})
+    assert split.plan_for(unsplit, control) is unsplit
+
+
 def test_a_part_names_the_command_that_makes_it_and_its_folder():
     from datetime import datetime
 

@@ -34,7 +34,7 @@ from tools.bench.raw import pack, recompute, unpacked
 from tools.bench.report import write_reports
 from tools.bench.runs import RESULTS, in_ladder_order, normalize
 from tools.bench.serving import WORK, seeded_master
-from tools.bench.split import compose, measured_in_part, parse_split, part_stages
+from tools.bench.split import compose, measured_in_part, parse_split, part_stages, plan_for
 from tools.bench.tables import markdown
 
 
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             stage.name += " with " + " ".join(f"{k.removeprefix('TWEEPY_')}={v}" for k, v in plan.variant.items())
     for stage in measured:
         try:
-            result = bench_stage(plan, stage, master, raw, bound)
+            result = bench_stage(plan_for(plan, stage), stage, master, raw, bound)
         except Exception as error:  # reported, and the other stages still measured
             say(f"  stage {stage.label}: crashed: {error}")
             result = crashed_stage(stage, error)

@@ -1,16 +1,19 @@
 """A full run in parts, for when the ladder cannot be measured in one sitting: part ``k/n``
 (``--split``) measures its share of the stages and a control stage, the same stage in every
-part; ``compose`` makes one ladder of the parts, each stage read as a ratio to the control
-measured in its own part, since parts may come from different hosts or hours. A composed
-report publishes only when, across its parts, every stage was measured (``publishing``)."""
+part (for its capacity only, where it is not the part's own share); ``compose`` makes one ladder
+of the parts, each stage read as a ratio to the control measured in its own part, since parts may
+come from different hosts or hours. A composed report publishes only when, across its parts, every
+stage was measured (``publishing``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 from tools import stages
 from tools.bench.headline import capacity_of
+from tools.bench.plan import Plan
 from tools.bench.runs import bar_of, in_ladder_order, normalize
 
 CONTROL = 4  # the cache step: in the middle of the ladder, and quick to search
@@ -47,6 +50,15 @@ def measured_in_part(numbers: Iterable[int], split: str, control: int = CONTROL)
         stage = stages.get_stage(number)
         chosen += [*stage.parts(), stage] if number in share else [stage] if number == control else []
     return chosen
+
+
+def plan_for(plan: Plan, stage: stages.Stage, control: int = CONTROL) -> Plan:
+    """What a part measures of ``stage``: all of it, except the control stage outside its own share, which is
+    only ever read for its capacity (``compose``) and so skips the overload step and the cold start."""
+    every = [s.number for s in stages.all_stages()]
+    if not plan.split or stage.number != control or control in own_share(every, *parse_split(plan.split)):
+        return plan
+    return replace(plan, overload=0, cold_windows=0)
 
 
 def control_of(report: dict, control: int = CONTROL) -> dict | None:
