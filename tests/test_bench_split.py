@@ -35,20 +35,23 @@ def test_each_part_measures_its_share_of_the_ladder_and_the_control_stage():
     assert second[:3] == [(4, "reads"), (4, "timelines"), (4, None)]
 
 
-def test_a_part_measures_its_control_for_its_capacity_only_unless_the_control_is_its_own_share():
+def test_what_is_read_only_for_its_capacity_skips_the_overload_step_and_the_cold_start():
+    from tools.bench.__main__ import plan_for
+
     def plan_of_part(k: int, n: int = 4) -> plan.Plan:
         part = plan.make_plan(split.part_stages(EVERY, f"{k}/{n}"), False, {})
         part.split = f"{k}/{n}"
         return part
 
-    control, other = stages.get_stage(split.CONTROL), stages.get_stage(0)
+    whole = (plan.Plan([]).overload, plan.Plan([]).cold_windows)
+    control, indexes = stages.get_stage(split.CONTROL), stages.get_stage(3).parts()[0]
     assert split.CONTROL not in split.own_share(EVERY, 1, 4) and split.CONTROL in split.own_share(EVERY, 3, 4)
-    alone = split.plan_for(plan_of_part(1), control)
-    assert (alone.overload, alone.cold_windows, alone.capacity_windows) == (0, 0, plan.Plan([]).capacity_windows)
-    for whole in (split.plan_for(plan_of_part(3), control), split.plan_for(plan_of_part(1), other)):
-        assert (whole.overload, whole.cold_windows) == (plan.Plan([]).overload, plan.Plan([]).cold_windows)
+    for alone in (plan_for(plan_of_part(1), control), plan_for(plan.make_plan([3], False, {}), indexes)):
+        assert (alone.overload, alone.cold_windows, alone.capacity_windows) == (0, 0, plan.Plan([]).capacity_windows)
+    for stage, part in ((control, plan_of_part(3)), (stages.get_stage(0), plan_of_part(1))):
+        assert (plan_for(part, stage).overload, plan_for(part, stage).cold_windows) == whole
     unsplit = plan.make_plan([split.CONTROL], False, {})
-    assert split.plan_for(unsplit, control) is unsplit
+    assert plan_for(unsplit, control) is unsplit
 
 
 def test_a_part_names_the_command_that_makes_it_and_its_folder():

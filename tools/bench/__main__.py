@@ -22,7 +22,7 @@ import json
 import os
 import socket
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from tools.bench.raw import pack, recompute, unpacked
 from tools.bench.report import write_reports
 from tools.bench.runs import RESULTS, in_ladder_order, normalize
 from tools.bench.serving import WORK, seeded_master
-from tools.bench.split import compose, measured_in_part, parse_split, part_stages, plan_for
+from tools.bench.split import compose, control_alone, measured_in_part, parse_split, part_stages
 from tools.bench.tables import markdown
 
 
@@ -114,6 +114,14 @@ def plan_of(args: argparse.Namespace):
         plan.kept_from = shown_path(args.keep_from)
     if args.out:
         plan.out = shown_path(args.out)
+    return plan
+
+
+def plan_for(plan, stage: stages.Stage):
+    """The plan for one stage: all of it, or its capacity alone (no overload step, no cold start) for what is
+    read only for its capacity: a part of a step, shown beside its step, and a split run's control stage."""
+    if stage.part or (plan.split and control_alone(stage, plan.split)):
+        return replace(plan, overload=0, cold_windows=0)
     return plan
 
 

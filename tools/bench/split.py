@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import replace
 
 from tools import stages
 from tools.bench.headline import capacity_of
-from tools.bench.plan import Plan
 from tools.bench.runs import bar_of, in_ladder_order, normalize
 
 CONTROL = 4  # the cache step: in the middle of the ladder, and quick to search
@@ -52,13 +50,11 @@ def measured_in_part(numbers: Iterable[int], split: str, control: int = CONTROL)
     return chosen
 
 
-def plan_for(plan: Plan, stage: stages.Stage, control: int = CONTROL) -> Plan:
-    """What a part measures of ``stage``: all of it, except the control stage outside its own share, which is
-    only ever read for its capacity (``compose``) and so skips the overload step and the cold start."""
+def control_alone(stage: stages.Stage, split: str, control: int = CONTROL) -> bool:
+    """Whether part ``split`` measures ``stage`` only as its control, outside its own share: ``compose`` reads
+    nothing of it but its capacity."""
     every = [s.number for s in stages.all_stages()]
-    if not plan.split or stage.number != control or control in own_share(every, *parse_split(plan.split)):
-        return plan
-    return replace(plan, overload=0, cold_windows=0)
+    return stage.number == control and not stage.part and control not in own_share(every, *parse_split(split))
 
 
 def control_of(report: dict, control: int = CONTROL) -> dict | None:
