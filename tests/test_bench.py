@@ -801,3 +801,26 @@ def test_a_part_of_a_step_comes_before_its_step_with_a_readme_block_of_its_own(t
     assert [(r["stage"], r.get("part")) for r in ordered] == [(3, "indexes"), (3, None), (4, None)]
     assert runs.talk_figure({"stage": 3, "part": "indexes"}) == "—"
     assert runs.talk_figure({"stage": 3}) == "250 QPS, 4 CPUs"
+
+
+def test_a_bench_stopped_with_sigterm_leaves_through_its_finally_blocks_and_stops_what_it_started(tmp_path):
+    """What ``served`` and the load generator rely on to stop their servers and locust: a ``kill`` of the
+    bench must unwind it as Ctrl-C does, not end it where it stands."""
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tools.bench.__main__ import stop_cleanly_on_sigterm\n"
+        "stop_cleanly_on_sigterm()\n"
+        "try:\n"
+        "    print('serving', flush=True)\n"
+        "    time.sleep(60)\n"
+        "finally:\n"
+        f"    Path({str(tmp_path / 'stopped')!r}).write_text('servers stopped')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(machine.ROOT)}
+    bench = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    assert bench.stdout.readline() == "serving\n"
+    bench.terminate()
+    assert bench.wait(timeout=30) == 128 + 15
+    assert (tmp_path / "stopped").read_text() == "servers stopped"

@@ -20,6 +20,7 @@ import argparse
 import copy
 import json
 import os
+import signal
 import socket
 import sys
 from dataclasses import asdict, replace
@@ -125,8 +126,15 @@ def plan_for(plan, stage: stages.Stage):
     return plan
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, a CI timeout) leave as Ctrl-C does, through every ``finally``: the servers and
+    the load generator a run started stop with it instead of running on."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    stop_cleanly_on_sigterm()
     if args.report:
         folder = args.report.resolve()
         report = json.loads((folder / "results.json").read_text())
