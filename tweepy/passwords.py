@@ -7,8 +7,10 @@ most ``HASHING_SLOTS`` passwords at once, on native threads with ``BCRYPT_IN_THR
 ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the same hashes for less CPU;
 and ``HashingQueue`` bounds the wait: a login that cannot start hashing within ``HASH_WAIT_S``
 of nginx receiving it is answered 503 with a Retry-After that says how long the queue needs,
-without any hash spent on it. Every answer that hashed says where its time went in a
-Server-Timing header (``before``, ``wait``, ``hash``, ``back``, ``after``).
+without any hash spent on it. With ``PAGES_WAIT_LIMIT_MS``, while the requests a process begins
+have been waiting too long since nginx received them, its slots rest after each hash (``Lateness``).
+Every answer that hashed says where its time went in a Server-Timing header (``before``, ``wait``,
+``hash``, ``back``, ``after``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ MAX_PASSWORD_BYTES = 72
 # When nginx received the request (its $msec, seconds since the epoch), passed by nginx.conf.
 REQUEST_START = "REQUEST_START_MSEC"
 BUSY = "Too many people are logging in right now. Nothing was sent anywhere: try again in a few seconds."
+# The share of its time a hashing slot rests while requests are late: the cores it leaves go to them.
+REST_SHARE = 0.3
 # What a hashing thread calls itself (``top -H``, /proc/<pid>/task/<tid>/comm): the profile and the
 # benchmark count the CPU time of hashing by it, apart from everything else the process does.
 HASHING_THREAD = "tweepy-hash"
@@ -102,13 +106,16 @@ def makes_pycas_hashes(library: Library) -> bool:
 
 def init_app(app: Flask) -> None:
     """Choose the bcrypt library of ``BCRYPT_LIBRARY`` (once it has shown it makes bcrypt's hashes here),
-    say where a hashing answer's time went, and put hashing ahead of pages (``PAGES_NICE``)."""
+    say where a hashing answer's time went, put hashing ahead of pages (``PAGES_NICE``), and with
+    ``PAGES_WAIT_LIMIT_MS`` note how long every request waited before the app began it."""
     name = app.config["BCRYPT_LIBRARY"]
     if name == "libxcrypt" and not makes_pycas_hashes(LIBRARIES[name]):
         app.logger.warning("BCRYPT_LIBRARY=libxcrypt: this system's crypt library has no bcrypt; hashing with pyca")
         name = "pyca"
     app.extensions["tweepy_bcrypt"] = LIBRARIES[name]
     app.after_request(_say_where_the_time_went)
+    if app.config["PAGES_WAIT_LIMIT_MS"]:
+        app.before_request(_note_how_long_it_waited)
     _put_hashing_first(app)
 
 
@@ -150,13 +157,45 @@ def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: floa
     return max(1, math.ceil(drain * spread))
 
 
+class Lateness:
+    """Whether the requests a process began lately had waited too long since nginx received them:
+    more than a tenth of those begun in the last whole second, or in this one, waited over ``limit_s``."""
+
+    def __init__(self, limit_s: float, clock: Callable[[], float] = time.time) -> None:
+        self.limit_s = limit_s
+        self.clock = clock
+        self.second = int(clock())
+        self.now = [0, 0]  # begun in this second, and of them late
+        self.before = [0, 0]  # the same for the second before
+
+    def _roll(self) -> None:
+        second = int(self.clock())
+        if second != self.second:
+            self.before = self.now if second == self.second + 1 else [0, 0]
+            self.now = [0, 0]
+            self.second = second
+
+    def note(self, waited_s: float) -> None:
+        """A request begun after waiting ``waited_s`` since nginx received it."""
+        self._roll()
+        self.now[0] += 1
+        self.now[1] += waited_s > self.limit_s
+
+    @property
+    def late(self) -> bool:
+        self._roll()
+        return any(begun and late * 10 > begun for begun, late in (self.before, self.now))
+
+
 class HashingQueue:
     """The hashing slots of one process, and the requests waiting for one.
 
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
     goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
     the newest. A request that could not start before its deadline given the queue ahead of it is
-    refused at once; every refusal says, in Retry-After, how long the queue needs to drain."""
+    refused at once; every refusal says, in Retry-After, how long the queue needs to drain. While
+    ``lateness`` says the process's requests are late, a slot rests after each hash (``REST_SHARE`` of
+    its time) before it is given back: the login is answered at once, and the cores go to the requests."""
 
     def __init__(
         self,
@@ -165,9 +204,11 @@ class HashingQueue:
         native_threads: bool,
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
+        lateness: Lateness | None = None,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
+        self.lateness = lateness
         self.clock = clock
         self.spread = spread
         self.lock = threading.Lock()
@@ -245,6 +286,7 @@ class HashingQueue:
         waiter = self._take(entered - waited + self.wait_s)
         if waiter is not None:
             self._wait(waiter)
+        rest_s = 0.0
         try:
             started = self.clock()
             # `is not None`: an idle ThreadPool has no tasks, so it is falsy.
@@ -252,11 +294,23 @@ class HashingQueue:
                 result, hashing_s = self.pool.apply(_in_hashing_thread, (work, *args))
             else:
                 result, hashing_s = _timed(work, *args)
-            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
+            if self.lateness is not None and self.lateness.late:
+                rest_s = hashing_s * REST_SHARE / (1 - REST_SHARE)
+            # What a hash holds its slot for, rest included: the queue ahead is judged by it.
+            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * (hashing_s + rest_s)
             _note_timing(before=waited, wait=started - entered, hash=hashing_s, back=self.clock() - started - hashing_s)
             return result
         finally:
-            self._give_back()
+            if rest_s:
+                self._give_back_after(rest_s)
+            else:
+                self._give_back()
+
+    def _give_back_after(self, rest_s: float) -> None:
+        """Give the slot back once it has rested ``rest_s``, without holding up the answer of the hash it made."""
+        timer = threading.Timer(rest_s, self._give_back)  # a greenlet under gevent's monkey-patching
+        timer.daemon = True
+        timer.start()
 
 
 def _timed(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
@@ -287,13 +341,26 @@ def _say_where_the_time_went(response):
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool) -> HashingQueue:
+def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, pages_wait_s: float) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads)
+    lateness = Lateness(pages_wait_s) if pages_wait_s else None
+    return HashingQueue(slots, wait_s, native_threads, lateness=lateness)
 
 
 def _queue(config) -> HashingQueue:
-    return _queue_of(os.getpid(), config["HASHING_SLOTS"], config["HASH_WAIT_S"], config["BCRYPT_IN_THREADPOOL"])
+    return _queue_of(
+        os.getpid(),
+        config["HASHING_SLOTS"],
+        config["HASH_WAIT_S"],
+        config["BCRYPT_IN_THREADPOOL"],
+        config["PAGES_WAIT_LIMIT_MS"] / 1000,
+    )
+
+
+def _note_how_long_it_waited() -> None:
+    received = _received_at()
+    if received is not None:
+        _queue(current_app.config).lateness.note(time.time() - received)
 
 
 def _put_hashing_first(app: Flask) -> None:
