@@ -16,17 +16,10 @@ from helpers.pages import errors
 from helpers.stored import PASSWORD, add_users
 
 from tools.bench.procfs import thread_cpu_seconds
-from tweepy import passwords
+from tweepy import hashing, passwords
 from tweepy.errors import Busy
-from tweepy.passwords import (
-    HASHING_THREAD,
-    REQUEST_START,
-    HashingQueue,
-    Lateness,
-    Waiter,
-    next_waiter,
-    retry_after_s,
-)
+from tweepy.hashing import HASHING_THREAD, HashingQueue, Lateness, Waiter, next_waiter, retry_after_s
+from tweepy.passwords import REQUEST_START
 
 
 def slow_hash(seconds: float):
@@ -141,11 +134,11 @@ def test_with_pages_nice_the_thread_serving_pages_runs_below_the_hashing_threads
     def serve():  # in a thread of its own, so the test's own thread keeps its priority
         before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         app = make_app(BCRYPT_IN_THREADPOOL=True, HASHING_SLOTS=3, HASH_WAIT_S=2.75, PAGES_NICE=5)
-        hashing = passwords._queue(app.config).run(threading.get_native_id)
+        hashing_thread = passwords._queue(app.config).run(threading.get_native_id)
         seen.update(
             before=before,
             pages=os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
-            hashing=os.getpriority(os.PRIO_PROCESS, hashing),
+            hashing=os.getpriority(os.PRIO_PROCESS, hashing_thread),
         )
 
     thread = threading.Thread(target=serve)
@@ -324,7 +317,7 @@ def test_while_requests_are_late_a_slot_rests_after_its_hash_without_holding_up_
 
 
 def test_a_resting_slot_counts_in_the_time_the_queue_expects_a_hash_to_hold_it(monkeypatch):
-    monkeypatch.setattr(passwords, "_timed", lambda work: (work(), 0.07))
+    monkeypatch.setattr(hashing, "_timed", lambda work: (work(), 0.07))
     queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, lateness=Late())
     queue.seconds_per_hash = 0.0
     queue.run(lambda: "hashed")

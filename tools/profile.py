@@ -32,7 +32,7 @@ from tools.bench.figures import cpu_ms_per_hash
 from tools.bench.plan import make_plan
 from tools.bench.procfs import cpu_seconds, process_tree, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN_KEY, LOG_IN, REGISTER
-from tweepy.passwords import HASHING_THREAD
+from tweepy.hashing import HASHING_THREAD
 
 RESULTS = stages.ROOT / "results" / "profiles"
 IDLE = ("Hub.run", "Hub.wait", "_wait", "wait (", "select (", "poll (", "epoll")
