@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 from helpers.browser import Browser
 from helpers.pages import errors
-from helpers.stack import wait_until
 from helpers.stored import PASSWORD, add_users
 
 from tools.bench.procfs import thread_cpu_seconds
-from tweepy import hashing, passwords
+from tweepy import passwords
 from tweepy.errors import Busy
-from tweepy.hashing import HASHING_THREAD, HashingQueue, Lateness, Waiter, next_waiter, retry_after_s
+from tweepy.hashing import HASHING_THREAD, HashingQueue, Waiter, next_waiter, retry_after_s
 from tweepy.passwords import REQUEST_START
 
 
@@ -260,72 +259,3 @@ def test_an_answer_that_hashed_says_where_its_time_went(app):
     assert set(parts) == {"before", "wait", "hash", "back", "after"}
     assert float(parts["hash"]) > 0
     assert "Server-Timing" not in app.test_client().get("/").headers
-
-
-# While requests wait too long before the app begins them, the hashing slots rest.
-
-
-def test_requests_are_late_once_more_than_a_tenth_of_this_seconds_waited_too_long():
-    clock = Clock()
-    lateness = Lateness(limit_s=0.3, clock=clock)
-    for waited in [0.01] * 9 + [0.5]:
-        lateness.note(waited)
-    assert not lateness.late  # one in ten is not more than a tenth
-    lateness.note(0.4)
-    assert lateness.late
-
-
-def test_requests_stay_late_for_the_next_second_and_are_on_time_once_a_whole_second_was():
-    clock = Clock()
-    lateness = Lateness(limit_s=0.3, clock=clock)
-    lateness.note(2.0)
-    clock.now += 1
-    assert lateness.late
-    for _ in range(20):
-        lateness.note(0.01)
-    assert lateness.late  # the second before still was late
-    clock.now += 1
-    lateness.note(0.01)
-    assert not lateness.late
-    clock.now += 5  # nothing at all begun in the seconds between: nothing late
-    lateness.note(0.01)
-    assert not lateness.late
-
-
-class Late:
-    late = True
-
-
-def test_while_requests_are_late_a_slot_rests_after_its_hash_without_holding_up_the_answer():
-    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, lateness=Late())
-    started = time.monotonic()
-    assert queue.run(slow_hash(0.5)) == "hashed"
-    answered = time.monotonic() - started
-    assert queue.busy == 1  # the slot rests: 30% of its time, 0.5 * 0.3 / 0.7 s after a 0.5 s hash
-    wait_until(lambda: queue.busy == 0, 5, "the slot given back once rested")
-    assert answered < 0.5 + 0.2  # not held up by the rest
-    assert time.monotonic() - started >= 0.5 + 0.2
-    assert queue.run(slow_hash(0.01)) == "hashed"
-
-
-def test_a_resting_slot_counts_in_the_time_the_queue_expects_a_hash_to_hold_it(monkeypatch):
-    monkeypatch.setattr(hashing, "_timed", lambda work: (work(), 0.07))
-    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, lateness=Late())
-    queue.seconds_per_hash = 0.0
-    queue.run(lambda: "hashed")
-    # A fifth of the slot's time for this hash: its 0.07 s and its rest of 0.03, not the hash alone.
-    assert queue.seconds_per_hash == pytest.approx(0.2 * 0.1)
-    wait_until(lambda: queue.busy == 0, 5, "the slot given back once rested")
-
-
-def test_requests_that_waited_since_nginx_got_them_make_the_process_late(make_app):
-    app = make_app(PAGES_WAIT_LIMIT_MS=300)
-    client = app.test_client()
-    lateness = passwords._queue(app.config).lateness
-    client.environ_base[REQUEST_START] = f"{time.time():.3f}"
-    for _ in range(5):
-        assert client.get("/").status_code == 200
-    assert not lateness.late
-    client.environ_base[REQUEST_START] = f"{time.time() - 1:.3f}"
-    assert client.get("/").status_code == 200
-    assert lateness.late

@@ -75,13 +75,6 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",
     ),
-    Setting(
-        "PAGES_WAIT_LIMIT_MS",
-        0,
-        "When over a tenth of the requests a process began in the last second had waited longer than this since"
-        " nginx got them, its hashing slots rest 30% of their time, so those requests get cores (0: never)",
-        minimum=0,
-    ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
         "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",

@@ -3,7 +3,7 @@
 A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them.
 A request waits for a slot until its deadline; the queue turns newest-first when congested, refuses
 at once a request that could not start in time (503, with a Retry-After that says how long the
-queue needs), and, while ``Lateness`` says the process's requests begin too late, rests its slots.
+queue needs).
 Every answer that hashed says where its time went in a Server-Timing header.
 """
 
@@ -22,8 +22,6 @@ from flask import g, has_request_context
 from .errors import Busy
 
 BUSY = "Too many people are logging in right now. Nothing was sent anywhere: try again in a few seconds."
-# The share of its time a hashing slot rests while requests are late: the cores it leaves go to them.
-REST_SHARE = 0.3
 # What a hashing thread calls itself (``top -H``, /proc/<pid>/task/<tid>/comm): the profile and the
 # benchmark count the CPU time of hashing by it, apart from everything else the process does.
 HASHING_THREAD = "tweepy-hash"
@@ -62,45 +60,13 @@ def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: floa
     return max(1, math.ceil(drain * spread))
 
 
-class Lateness:
-    """Whether the requests a process began lately had waited too long since nginx received them:
-    more than a tenth of those begun in the last whole second, or in this one, waited over ``limit_s``."""
-
-    def __init__(self, limit_s: float, clock: Callable[[], float] = time.time) -> None:
-        self.limit_s = limit_s
-        self.clock = clock
-        self.second = int(clock())
-        self.now = [0, 0]  # begun in this second, and of them late
-        self.before = [0, 0]  # the same for the second before
-
-    def _roll(self) -> None:
-        second = int(self.clock())
-        if second != self.second:
-            self.before = self.now if second == self.second + 1 else [0, 0]
-            self.now = [0, 0]
-            self.second = second
-
-    def note(self, waited_s: float) -> None:
-        """A request begun after waiting ``waited_s`` since nginx received it."""
-        self._roll()
-        self.now[0] += 1
-        self.now[1] += waited_s > self.limit_s
-
-    @property
-    def late(self) -> bool:
-        self._roll()
-        return any(begun and late * 10 > begun for begun, late in (self.before, self.now))
-
-
 class HashingQueue:
     """The hashing slots of one process, and the requests waiting for one.
 
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
     goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
     the newest. A request that could not start before its deadline given the queue ahead of it is
-    refused at once; every refusal says, in Retry-After, how long the queue needs to drain. While
-    ``lateness`` says the process's requests are late, a slot rests after each hash (``REST_SHARE`` of
-    its time) before it is given back: the login is answered at once, and the cores go to the requests."""
+    refused at once; every refusal says, in Retry-After, how long the queue needs to drain."""
 
     def __init__(
         self,
@@ -109,11 +75,9 @@ class HashingQueue:
         native_threads: bool,
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
-        lateness: Lateness | None = None,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
-        self.lateness = lateness
         self.clock = clock
         self.spread = spread
         self.lock = threading.Lock()
@@ -191,7 +155,6 @@ class HashingQueue:
         waiter = self._take(entered - waited + self.wait_s)
         if waiter is not None:
             self._wait(waiter)
-        rest_s = 0.0
         try:
             started = self.clock()
             # `is not None`: an idle ThreadPool has no tasks, so it is falsy.
@@ -199,23 +162,11 @@ class HashingQueue:
                 result, hashing_s = self.pool.apply(_in_hashing_thread, (work, *args))
             else:
                 result, hashing_s = _timed(work, *args)
-            if self.lateness is not None and self.lateness.late:
-                rest_s = hashing_s * REST_SHARE / (1 - REST_SHARE)
-            # What a hash holds its slot for, rest included: the queue ahead is judged by it.
-            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * (hashing_s + rest_s)
+            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
             _note_timing(before=waited, wait=started - entered, hash=hashing_s, back=self.clock() - started - hashing_s)
             return result
         finally:
-            if rest_s:
-                self._give_back_after(rest_s)
-            else:
-                self._give_back()
-
-    def _give_back_after(self, rest_s: float) -> None:
-        """Give the slot back once it has rested ``rest_s``, without holding up the answer of the hash it made."""
-        timer = threading.Timer(rest_s, self._give_back)  # a greenlet under gevent's monkey-patching
-        timer.daemon = True
-        timer.start()
+            self._give_back()
 
 
 def _timed(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
