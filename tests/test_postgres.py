@@ -459,7 +459,6 @@ def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_p
     """sync() reads the log by id: a later id must never commit before an earlier one, or a
     process that syncs in between skips the earlier key for good. Writers take turns."""
     import threading
-    import time
 
     from tweepy import queries
     from tweepy.cache import forget
@@ -467,30 +466,28 @@ def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_p
 
     app = make_pg_app(CACHE="local")
     first_logged, let_first_commit = threading.Event(), threading.Event()
-    finished: list[str] = []
+    second_logged = threading.Event()
 
     def first() -> None:
         with app.app_context(), transaction():
             forget(queries.newest_tweets_by.key(1))
             first_logged.set()
             let_first_commit.wait(10)
-        finished.append("first")
 
     def second() -> None:
         first_logged.wait(10)
         with app.app_context(), transaction():
             forget(queries.newest_tweets_by.key(2))
-        finished.append("second")
+            second_logged.set()
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
-    assert finished == [], "the second writer logged while the first had not committed"
+    assert not second_logged.wait(0.5), "the second writer logged while the first had not committed"
     let_first_commit.set()
     for thread in threads:
         thread.join(10)
-    assert finished == ["first", "second"]
+    assert second_logged.is_set(), "the second writer never logged after the first committed"
     with app.app_context():
         keys = db.session.execute(text("SELECT key FROM cache_invalidations ORDER BY id")).scalars().all()
     assert keys == ["newest_tweets_by:1", "newest_tweets_by:2"]
