@@ -148,6 +148,19 @@ def test_a_composed_ladder_that_measured_every_stage_publishes_with_each_parts_t
     assert "| 4 cache | 2026-11-27 01:00 UTC, bbb2222 | 200 | **250.0**" in latest[second:]
     ladder = files_of(root)["stages/README.md"]
     assert "| 1.40 |" in ladder and "--compose results/p1 results/p2" in ladder
+    readme = files_of(root)["README.md"]
+    assert "| **1.40** | 350.0 | 250.0 |" in readme and "### Part" not in readme, "the parts' tables: in LATEST.md"
+
+
+def test_a_composed_ladder_draws_no_stage_again_and_shows_each_from_its_own_part(tmp_path):
+    root = a_checkout(tmp_path)
+    folder = root / "results" / "run"
+    folder.mkdir()
+    assert report.write_reports(json.loads(json.dumps(composed())), folder, root=root)
+    assert sorted(p.name for p in folder.glob("*.png")) == ["chart.png"], "each part has drawn its own stages"
+    pages = files_of(root)
+    assert "](../../results/p2/stage-6.png)" in pages["stages/6-vertical/README.md"]
+    assert "](../../results/p1/stage-3-indexes.png)" in pages["stages/3-database/README.md"]
 
 
 def test_parts_that_left_a_stage_out_never_publish(tmp_path):

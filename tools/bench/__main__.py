@@ -228,9 +228,10 @@ def compose_parts(folders: list[Path], out: Path | None) -> int:
     except ValueError as error:
         say(f"cannot compose these parts: {error}")
         return 2
-    folder = out or RESULTS / f"{now:%Y-%m-%d-%H%M}-composed-of-{len(parts)}-parts"
+    folder = out.resolve() if out else RESULTS / f"{now:%Y-%m-%d-%H%M}-composed-of-{len(parts)}-parts"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps(report, indent=1))
+    # Compact: it holds every part's rows again, and the parts' own folders stay beside it.
+    (folder / "results.json").write_text(json.dumps(report, separators=(",", ":")))
     published = write_reports(report, folder)
     say(f"composed {len(parts)} parts into {folder}/RESULTS.md" + ("" if published else " (not published)"))
     return 0

@@ -24,7 +24,8 @@ from tools.bench.runs import (
     talk_figure,
     talk_qps,
 )
-from tools.bench.tables import made_by, other_machines, summary
+from tools.bench.split import part_of
+from tools.bench.tables import made_by, other_machines, readme_summary, summary
 from tools.protocol import SHOWN
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -165,6 +166,13 @@ BESIDE_NOTE = (
 )
 
 
+def chart_of(report: dict, result: dict, folder: Path) -> str:
+    """Where a row's chart is, under results/: in its run's folder or, composed of parts, in its part's,
+    which drew it."""
+    part = part_of(report, result)
+    return f"{Path(part['folder']).name if part else folder}/{chart_name(result)}"
+
+
 def measured_every_stage(report: dict) -> bool:
     """Whether this run itself (or, composed of parts, its parts) measured every stage of the ladder and
     every part of a step: a row kept from an earlier run, or a stage left out, makes it a partial run."""
@@ -186,7 +194,7 @@ def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
         + "\n".join(summary(report, f"{relative}/chart.png"))
         + "\n"
     )
-    replace_block(root / "README.md", "\n".join(summary(report, f"results/{relative}/chart.png")))
+    replace_block(root / "README.md", "\n".join(readme_summary(report, f"results/{relative}/chart.png")))
     composed = bool(report.get("composed"))
     ratio = f" ÷ its part's stage {report['composed']['control']} |" if composed else ""
     ladder = [
@@ -208,9 +216,8 @@ def publish(report: dict, folder: Path, root: Path = ROOT) -> None:
         if composed:
             cells.append("—" if result.get("ratio_to_control") is None else f"{result['ratio_to_control']:.2f}")
         ladder.append("| " + " | ".join(cells) + " |")
-        figures = stage_figures(
-            report, result, f"../../results/{relative}/RESULTS.md", f"../../results/{relative}/{chart_name(result)}"
-        )
+        chart = f"../../results/{chart_of(report, result, relative)}"
+        figures = stage_figures(report, result, f"../../results/{relative}/RESULTS.md", chart)
         replace_block(ladder_folder / stage.folder.name / "README.md", figures, result.get("part"))
     replace_block(
         ladder_folder / "README.md",

@@ -29,7 +29,7 @@ def write_reports(report: dict, folder: Path, root: Path = ROOT) -> bool:
     report = normalize(report)
     (folder / "RESULTS.md").write_text(markdown(report))
     chart(report, folder / "chart.png")
-    for result in report["stages"]:
+    for result in [] if report.get("composed") else report["stages"]:  # a part's rows: charted in its folder
         if any("rps" in step for step in result["steps"]):
             stage_chart(report, result, folder / chart_name(result))
     if not publishes(report, folder, root):

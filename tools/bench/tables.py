@@ -318,6 +318,21 @@ def summary(report: dict, chart_link: str) -> list[str]:
     return [*lines, "", NOTES, "", f"![Each stage against its part's control]({chart_link})"]
 
 
+def readme_summary(report: dict, chart_link: str) -> list[str]:
+    """What the top-level README shows: the whole summary, or of a ladder composed of parts its ratios and
+    chart, with each part's own tables left to results/LATEST.md."""
+    if not report.get("composed"):
+        return summary(report, chart_link)
+    return [
+        *ratio_table(report),
+        "",
+        "Each part's own tables (capacity, past capacity, cold start and herd, the tiers, the bcrypt bound) "
+        "are in [`results/LATEST.md`](results/LATEST.md).",
+        "",
+        f"![Each stage against its part's control]({chart_link})",
+    ]
+
+
 def one_run(report: dict) -> list[str]:
     """The tables of one run's rows: capacity, overload, cold start, tiers and the bcrypt bound."""
     return [
