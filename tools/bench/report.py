@@ -29,9 +29,10 @@ def write_reports(report: dict, folder: Path, root: Path = ROOT) -> bool:
     report = normalize(report)
     (folder / "RESULTS.md").write_text(markdown(report))
     chart(report, folder / "chart.png")
-    for result in [] if report.get("composed") else report["stages"]:  # a part's rows: charted in its folder
-        if any("rps" in step for step in result["steps"]):
-            stage_chart(report, result, folder / chart_name(result))
+    if not report.get("composed"):  # a composed ladder's rows are charted in their parts' folders
+        for result in report["stages"]:
+            if any("rps" in step for step in result["steps"]):
+                stage_chart(report, result, folder / chart_name(result))
     if not publishes(report, folder, root):
         return False
     publish(report, folder, root)

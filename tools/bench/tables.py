@@ -305,9 +305,14 @@ NOTES = (
 )
 
 
+# The chart of a ladder composed of parts: each stage against its own part's control.
+COMPOSED_CHART = "![Each stage against its part's control]({})"
+
+
 def summary(report: dict, chart_link: str) -> list[str]:
-    """What the READMEs show: the header, capacity, overload and bound tables, notes and chart; for a
-    ladder composed of parts, the ratios to each part's control, then each part's own tables."""
+    """What a run's RESULTS.md and results/LATEST.md show: the header, capacity, overload and bound tables,
+    notes and chart; for a ladder composed of parts, the ratios to each part's control, then each part's
+    own tables."""
     if not report.get("composed"):
         return [*one_run(report), "", NOTES, "", f"![QPS per stage]({chart_link})"]
     lines = ratio_table(report)
@@ -315,7 +320,7 @@ def summary(report: dict, chart_link: str) -> list[str]:
         host = part["machine"]["host"]
         lines += ["", f"### Part {part['part']}: run of {part['date']} on {host}, commit {part['commit']}", ""]
         lines += one_run(own)
-    return [*lines, "", NOTES, "", f"![Each stage against its part's control]({chart_link})"]
+    return [*lines, "", NOTES, "", COMPOSED_CHART.format(chart_link)]
 
 
 def readme_summary(report: dict, chart_link: str) -> list[str]:
@@ -329,7 +334,7 @@ def readme_summary(report: dict, chart_link: str) -> list[str]:
         "Each part's own tables (capacity, past capacity, cold start and herd, the tiers, the bcrypt bound) "
         "are in [`results/LATEST.md`](results/LATEST.md).",
         "",
-        f"![Each stage against its part's control]({chart_link})",
+        COMPOSED_CHART.format(chart_link),
     ]
 
 
