@@ -336,7 +336,7 @@ def test_profile_and_soak_serve_the_stage_as_the_bench_does(monkeypatch, tmp_pat
     assert served == [(7, tmp_path / "seed.sqlite3")]
 
 
-def test_a_profile_samples_every_app_server_and_not_nginx(tmp_path):
+def test_a_profile_samples_every_app_server_and_not_nginx_and_draws_the_first_while_it_works(tmp_path):
     from tools import profile
 
     def busy(name: str) -> subprocess.Popen:
@@ -349,7 +349,7 @@ def test_a_profile_samples_every_app_server_and_not_nginx(tmp_path):
     try:
         pids = profile.app_servers(nodes)
         assert pids == [nodes[1][1].pid, nodes[2][1].pid]
-        profile.record_stacks(pids, 2, tmp_path / "profile.raw")
+        profile.record_stacks(pids, 2, tmp_path / "profile.raw", flame=tmp_path / "flame.svg")
     finally:
         for _, process in nodes:
             process.kill()
@@ -359,6 +359,9 @@ def test_a_profile_samples_every_app_server_and_not_nginx(tmp_path):
     sampled = {name.split(" ")[0] for name in inclusive}
     assert {"first_node", "second_node"} <= sampled and "front_door" not in sampled
     assert counts["busy"] > 0 and sorted(tmp_path.glob("profile*")) == [tmp_path / "profile.raw"]
+    # The picture is of the same busy seconds, not of a server sampled once the load has gone.
+    picture = (tmp_path / "flame.svg").read_text()
+    assert "first_node" in picture and "second_node" not in picture and "front_door" not in picture
 
 
 def test_a_profile_of_a_stage_hashing_on_its_own_threads_shows_their_cpu_measured():

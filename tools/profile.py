@@ -7,10 +7,10 @@ The stage is served as ``make bench`` serves it (its own database, PostgreSQL wh
 with the bench's data, ``TWEEPY_BENCH_USERS`` and the rest; empty caches under a fresh key prefix),
 locust runs the protocol, and once every user has logged in py-spy
 samples every worker of every node for the second half of the run. Written to
-``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph of the first node), ``top.txt``
-(the functions that took the CPU outside bcrypt on every node, and how many samples hashed or idled) and
-``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the probe's
-cost, and hashing threads' own CPU where there are any; and the locust figures).
+``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph of the first node, over those
+seconds), ``top.txt`` (the functions that took the CPU outside bcrypt on every node, and how many samples
+hashed or idled) and ``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the
+probe's cost, and hashing threads' own CPU where there are any; and the locust figures).
 """
 
 from __future__ import annotations
@@ -69,13 +69,18 @@ def py_spy(pid: int) -> list[str]:
     return [str(stages.BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", "100"]
 
 
-def record_stacks(pids: list[int], seconds: int, out: Path) -> None:
-    """Every server in ``pids`` sampled over the same ``seconds``, their collapsed stacks in one file."""
+def record_stacks(pids: list[int], seconds: int, out: Path, flame: Path | None = None) -> None:
+    """Every server in ``pids`` sampled over the same ``seconds``, their collapsed stacks in one file; and,
+    given ``flame``, the first one's flame graph drawn from those same seconds (py-spy writes one format
+    a recording, so a second recorder samples it alongside)."""
     parts = [out.with_name(f"{out.stem}-{pid}{out.suffix}") for pid in pids]
+    outputs = [(pid, "raw", part) for pid, part in zip(pids, parts, strict=True)]
+    if flame:
+        outputs.append((pids[0], "flamegraph", flame))
     recorders = [
-        subprocess.Popen([*py_spy(pid), "--duration", str(seconds), "--format", "raw", "-o", str(part)],
+        subprocess.Popen([*py_spy(pid), "--duration", str(seconds), "--format", form, "-o", str(path)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for pid, part in zip(pids, parts, strict=True)
+        for pid, form, path in outputs
     ]  # fmt: skip
     for recorder in recorders:
         recorder.wait(timeout=seconds + 60)
@@ -169,14 +174,12 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
             cpu_before, threads_before = cpu_seconds(servers), thread_cpu_seconds(servers, HASHING_THREAD)
             sampled, sampled_at = time.monotonic(), time.time()
             apps = app_servers(running.children)
-            record_stacks(apps, int(seconds / 2) - 2, out / "profile.raw")
+            record_stacks(apps, int(seconds / 2) - 2, out / "profile.raw", flame=out / "flame.svg")
             servers = process_tree(roots)
             cpu_window = cpu_seconds(servers) - cpu_before
             threads_window = thread_cpu_seconds(servers, HASHING_THREAD) - threads_before
             window_s, window_end = time.monotonic() - sampled, time.time()
             locust.wait(timeout=seconds + 60)
-        # A short second recording, for the picture (py-spy writes one format a run): the first app server's.
-        subprocess.run([*py_spy(apps[0]), "--duration", "5", "-o", str(out / "flame.svg")], capture_output=True)
     figures = locust_figures(out / "locust")
     # locust writes its history once a second: the window is whole seconds inside the sampled time.
     window = window_counts(out / "locust_stats_history.csv", sampled_at + 1, window_end - 1)
