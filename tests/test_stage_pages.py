@@ -4,6 +4,7 @@ long they take, with their answers folded away, and the figures `make bench` wri
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -57,6 +58,29 @@ def test_every_exercise_says_how_long_it_takes_and_its_answer_is_folded(page):
     assert numbered and all(re.match(r" \(\d+ min\)", rest) for rest in numbered), numbered
     answers = exercises[exercises.index("<details>") : exercises.index("</details>")]
     assert len(re.findall(r"^\d+\. ", answers, re.MULTILINE)) == len(numbered)
+
+
+LINKED_PROFILE = re.compile(r"\]\(\.\./\.\./results/profiles/([^/)]+)/summary\.md\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
+def test_look_inside_quotes_the_profile_it_links_whose_flame_graph_shows_the_app_at_work(page):
+    inside = section(page.read_text(), "Look inside")
+    folder = stages.ROOT / "results" / "profiles" / LINKED_PROFILE.search(inside).group(1)
+    summary = json.loads((folder / "summary.json").read_text())
+    cores = re.search(r"(\d+) cores", (folder / "summary.md").read_text()).group(1)
+    quoted = CODE.search(inside[inside.index(folder.name) :]).group(0).splitlines()[1:-1]
+    # The hour's speed with the figures: the same stage costs more CPU a request on a slower hour.
+    hour = f"{summary['cpu_ms_per_hash']:.0f} ms a hash"
+    assert quoted[0].startswith(
+        f"{summary['users']} users, bcrypt {summary['bcrypt_cost']}, {cores} cores, {hour}: "
+        f"{summary['server_cpu_ms_per_request']:.1f} ms of server CPU a request"
+    ), quoted[0]
+    top = (folder / "top.txt").read_text()
+    shares = [re.match(r"\s*(\d+\.\d%\s+\S+ \([^)]+\))", line) for line in quoted[1:] if "%" in line]
+    assert shares and all(share and share.group(1) in top for share in shares), quoted
+    # Drawn while the stage served its load: the app's own functions, not a server idling.
+    assert "(tweepy/" in (folder / "flame.svg").read_text()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.parent.name)
