@@ -211,6 +211,9 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     (out / "top.txt").write_text(top_table(inclusive, own, counts))
     (out / "summary.json").write_text(json.dumps(result, indent=1))
     (out / "summary.md").write_text(summary(result, stage, top_table(inclusive, own, counts, rows=25)))
+    # Read into the table and the window's counts above; kept, they would be megabytes a profile.
+    for scratch in ("profile.raw", "locust_stats_history.csv"):
+        (out / scratch).unlink()
     return result
 
 
