@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from tools.bench.headline import typical_window
 from tools.bench.runs import run_label
 
 TARGET_QPS = 1000
@@ -28,7 +29,7 @@ def tier_table(report: dict) -> list[str]:
     each would need for 1K QPS of the protocol on hosts of its own: a projection from that CPU alone."""
     rows = []
     for r in report["stages"]:
-        tiers = (r.get("best") or {}).get("tier_cpu_ms_per_request")
+        tiers = typical_window(r.get("best")).get("tier_cpu_ms_per_request")
         if not tiers:
             continue
         cells = ", ".join(f"{name} {value:.2f}" for name, value in tiers.items())
@@ -51,7 +52,7 @@ def tier_table(report: dict) -> list[str]:
 
 def deployment_sentence(result: dict) -> str:
     """A scaled-out stage's 1K QPS deployment, in words, from the CPU a request of each tier at its best step."""
-    tiers = (result.get("best") or {}).get("tier_cpu_ms_per_request") or {}
+    tiers = typical_window(result.get("best")).get("tier_cpu_ms_per_request") or {}
     if "app" not in tiers:
         return ""
     cores = cores_for(tiers)

@@ -23,6 +23,14 @@ def windows_of(step: Mapping) -> list[dict]:
     return own + list(step.get("repeats") or [])
 
 
+def typical_window(step: Mapping | None) -> Mapping:
+    """The window of a step whose QPS is the median of its windows' (the lower middle one of an even
+    count): every figure read from one window (the CPU a request with bcrypt apart, the hashes, the
+    tiers, memory, the generator) comes from it, so they agree with the step's median headline."""
+    windows = sorted(windows_of(step or {}), key=lambda w: w["rps"])
+    return windows[(len(windows) - 1) // 2] if windows else dict(step or {})
+
+
 def _median(values: list[float]) -> float:
     return median_and_spread(values)["median"] if values else 0
 

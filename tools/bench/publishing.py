@@ -9,6 +9,7 @@ from tools import stages
 from tools.bench.charts import chart_name
 from tools.bench.deployment import deployment_sentence
 from tools.bench.figures import cpu_ms_per_hash, hash_library
+from tools.bench.headline import typical_window
 from tools.bench.runs import (
     RESULTS,
     ROOT,
@@ -88,7 +89,7 @@ def beside_table(report: dict, result: dict) -> list[str]:
     first = rows[0] if rows[0]["stage"] < result["stage"] else None
     before_qps, before_talk = (qps_of(first), talk_qps(first)) if first else (None, None)
     for r in rows:
-        b, c = r["best"] or {}, capacity_of_row(r) or {}
+        b, c = typical_window(r["best"]), capacity_of_row(r) or {}
         bound = r["run"].get("bcrypt")
         cpu = b.get("server_cpu_ms_per_request")
         hashing = None
@@ -125,7 +126,7 @@ def stage_figures(report: dict, result: dict, link: str, picture: str | None = N
         f"{plan['tweets']:,} tweets seeded; run of {run['date']}, commit {run['commit']}"
     )
     image = f"\n![QPS and p95 against users, {result['stage']} {result['name']}]({picture})\n" if picture else ""
-    b, c = result["best"], capacity_of_row(result)
+    b, c = typical_window(result["best"]), capacity_of_row(result)
     if not c or result["search"]["state"] == "crashed":
         return f"{capacity_cell(result)}: no step to report ({where}; [all figures]({link})).\n{image}"
     shown = ", ".join(f"{label} {p95_of(c, key)}" for key, label in SHOWN)

@@ -17,7 +17,7 @@ from tools.bench.figures import (
     projection,
     protocol_qps_bound,
 )
-from tools.bench.headline import share_of_bound
+from tools.bench.headline import share_of_bound, typical_window
 from tools.bench.overload_report import overload_table
 from tools.bench.plan import command_of
 from tools.bench.runs import (
@@ -113,7 +113,7 @@ def capacity_table(report: dict) -> list[str]:
         "|" + "---|" * (12 + len(SHOWN)),
     ]
     for r in report["stages"]:
-        b, c = r["best"] or {}, capacity_of_row(r) or {}
+        b, c = typical_window(r["best"]), capacity_of_row(r) or {}
         ceiling = ceiling_cell(r)
         if c and r["ceiling"].get("rps"):
             ceiling = f"{100 * c['rps']['median'] / r['ceiling']['rps']:.1f}% of {ceiling}"
@@ -174,7 +174,7 @@ def parallel_processes(result: dict) -> int | None:
 
 
 def projection_cells(result: dict, bound: dict) -> list[str]:
-    b = result["best"]
+    b = typical_window(result["best"])
     if not b or b.get("server_cpu_ms_per_request") is None or b.get("hashes") is None:
         return ["—"] * (3 + len(PROJECTED_CORES))
     library = hash_library(result)
