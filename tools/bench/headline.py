@@ -26,7 +26,8 @@ def windows_of(step: Mapping) -> list[dict]:
 def typical_window(step: Mapping | None) -> Mapping:
     """The window of a step whose QPS is the median of its windows' (the lower middle one of an even
     count): every figure read from one window (the CPU a request with bcrypt apart, the hashes, the
-    tiers, memory, the generator) comes from it, so they agree with the step's median headline."""
+    tiers, memory, the generator) comes from it, the typical window beside the step's medians rather
+    than whichever the search measured first."""
     windows = sorted(windows_of(step or {}), key=lambda w: w["rps"])
     return windows[(len(windows) - 1) // 2] if windows else dict(step or {})
 
