@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -274,6 +275,18 @@ def test_the_bcrypt_probe_counts_the_cpu_of_its_hashes_not_the_time_to_start_its
     probe = machine.bcrypt_bound(4, 0.2)
     single = machine._hash_for(("pyca", 4, 0.2))
     assert probe["cpu_ms_per_hash"] == pytest.approx(1000 * single[2] / single[0], rel=0.5)
+
+
+def test_a_bcrypt_probe_whose_hashing_fails_says_so_at_once():
+    with pytest.raises(RuntimeError, match="no-such-library"):
+        machine._probe("no-such-library", 4, 0.2, cores=2)
+
+
+def test_a_bcrypt_probe_that_outlives_its_deadline_fails_and_stops_its_processes():
+    before = set(multiprocessing.active_children())
+    with pytest.raises(RuntimeError, match="did not report within 1s"):
+        machine._probe("pyca", 18, 0.2, cores=2, deadline=1)  # one hash at cost 18 takes tens of seconds
+    assert set(multiprocessing.active_children()) == before
 
 
 def test_projections_are_labelled_and_shown_next_to_the_talks_figures():

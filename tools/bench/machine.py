@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import platform
+import queue
 import socket
 import subprocess
 import time
@@ -71,12 +72,41 @@ def _hash_for(args: tuple[str, int, float]) -> tuple[int, float, float]:
     return count, time.monotonic() - started, time.process_time() - cpu
 
 
-def _probe(pool, name: str, cost: int, seconds: float, cores: int) -> dict:
-    loops = pool.map(_hash_for, [(name, cost, seconds)] * cores)
-    per_second = sum(count / wall for count, wall, _ in loops)
+def _hash_together(args: tuple[str, int, float], start, loops) -> None:
+    start.wait()
+    try:
+        loops.put(_hash_for(args))
+    except Exception as error:  # reported, so the probe fails at once instead of at its deadline
+        loops.put(error)
+
+
+def _probe(name: str, cost: int, seconds: float, cores: int, deadline: float | None = None) -> dict:
+    """One hashing process a core, started together. Plain processes, not a ``multiprocessing.Pool``,
+    whose teardown can deadlock (cpython #73945, #78178), and "spawn", so a child inherits neither
+    the bench's SIGTERM handler nor a lock some thread held; a child that never reports fails the
+    probe after ``deadline`` instead of holding up the run."""
+    spawn = multiprocessing.get_context("spawn")
+    start, loops = spawn.Barrier(cores), spawn.Queue()
+    children = [spawn.Process(target=_hash_together, args=((name, cost, seconds), start, loops)) for _ in range(cores)]
+    deadline = deadline or 10 * seconds + 120
+    try:
+        for child in children:
+            child.start()
+        counted = [loops.get(timeout=deadline) for _ in children]
+    except queue.Empty:
+        raise RuntimeError(f"bcrypt probe: a hashing process did not report within {deadline:g}s") from None
+    finally:
+        for child in children:
+            child.join(timeout=5)
+            if child.is_alive():
+                child.kill()
+                child.join()
+    if failed := next((loop for loop in counted if isinstance(loop, Exception)), None):
+        raise RuntimeError(f"bcrypt probe: {failed!r}")
+    per_second = sum(count / wall for count, wall, _ in counted)
     return {
         "hashes_per_s": round(per_second, 2),
-        "cpu_ms_per_hash": round(1000 * sum(cpu for _, _, cpu in loops) / sum(count for count, _, _ in loops), 1),
+        "cpu_ms_per_hash": round(1000 * sum(cpu for _, _, cpu in counted) / sum(count for count, _, _ in counted), 1),
     }
 
 
@@ -85,11 +115,10 @@ def bcrypt_bound(cost: int, seconds: float) -> dict:
 
     pyca's figures are the run's bound; each bcrypt library this machine has is probed too
     (``libraries``), so a stage is measured against the library it hashes with. Each worker times
-    its own hashing loop, so starting the pool (a process per core) is not counted."""
+    its own hashing loop, so starting its process is not counted."""
     cores = len(os.sched_getaffinity(0))
     names = [name for name, library in passwords.LIBRARIES.items() if passwords.makes_pycas_hashes(library)]
-    with multiprocessing.Pool(cores) as pool:
-        libraries = {name: _probe(pool, name, cost, seconds, cores) for name in names}
+    libraries = {name: _probe(name, cost, seconds, cores) for name in names}
     return {
         "cost": cost,
         "cores": cores,
