@@ -1,0 +1,132 @@
+"""``make cold-ab``: stages' cold starts and herds at equal users, interleaved, in one run.
+
+    python -m tools.bench.cold_ab --stages "6 4" --users 500 --repeat 2     runs 6, 4, 6, 4
+
+Each run probes the host's bcrypt first (a shared host's speed drifts between runs), starts the stage
+afresh, and measures the bench's cold start and herd (``measure.measure_cold_start``, its settings from
+``tools/protocol.py``). ``cold.json`` keeps every window; ``README.md`` tables each run's medians."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tools import stages
+from tools.bench import measure, serving
+from tools.bench.__main__ import stop_cleanly_on_sigterm
+from tools.bench.machine import ROOT, bcrypt_bound, git_commit, machine, say
+from tools.bench.plan import make_plan
+from tools.bench.runs import RESULTS
+from tools.protocol import LOG_IN, TIMELINE
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.cold_ab", description=__doc__.split("\n")[0])
+    parser.add_argument("--stages", required=True, help='stage numbers in the order run, e.g. "6 4"')
+    parser.add_argument("--users", type=int, required=True, help="users arriving for each cold start")
+    parser.add_argument("--repeat", type=int, default=2, help="times the stages are run in turn (default 2)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny data, short windows")
+    parser.add_argument("--out", type=Path, help="write here instead of results/<date>-<host>-cold-ab-<stages>/")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    stop_cleanly_on_sigterm()
+    numbers = [int(n) for n in args.stages.replace(",", " ").split()]
+    plan = make_plan(numbers, args.quick, os.environ)
+    now = datetime.now(UTC)
+    folder = args.out or RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}-cold-ab-{'-'.join(map(str, numbers))}"
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = serving.WORK / "cold-ab"
+    raw.mkdir(parents=True, exist_ok=True)
+    master = serving.seeded_master(plan)
+    about = {"date": f"{now:%Y-%m-%d %H:%M} UTC", "commit": git_commit(), "machine": machine(), "plan": plan}
+    runs = []
+    for _ in range(args.repeat):
+        for number in numbers:
+            stage = stages.get_stage(number)
+            say(f"run {len(runs) + 1}: stage {stage.label}, {args.users} users")
+            bound = bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
+            with serving.served(plan, stage, master) as (running, _):
+                cold = measure.measure_cold_start(plan, running, raw, args.users)
+            say(measure.cold_line(stage.label, cold))
+            runs.append({"run": len(runs) + 1, "stage": number, "users": args.users, "bound": bound, "cold": cold})
+            (folder / "cold.json").write_text(json.dumps(runs, separators=(",", ":")))
+    (folder / "README.md").write_text(readme(runs, about))
+    shutil.rmtree(raw, ignore_errors=True)
+    say(f"written: {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}/README.md")
+    return 0
+
+
+def readme(runs: list[dict], about: dict) -> str:
+    plan, host = about["plan"], about["machine"]
+    order = ", ".join(str(run["stage"]) for run in runs)
+    lines = [
+        f"# Cold starts of stages {' and '.join(dict.fromkeys(str(r['stage']) for r in runs))} at equal users, "
+        "interleaved",
+        "",
+        f"{host['cores']} cores ({host['cpu']}), {host['memory_gib']} GiB, bcrypt cost {plan.bcrypt_cost}, "
+        f"commit {about['commit']}, {about['date']}; {plan.users:,} users and {plan.tweets:,} tweets seeded.",
+        f"Each run: the stage started afresh (empty caches), {runs[0]['users']} users arriving at "
+        f"{plan.cold_rate:g} a second, {plan.cold_windows} window{'s' if plan.cold_windows != 1 else ''} of "
+        f"{plan.window_s:g} s once all had logged in, each judged by the bar, then a herd of "
+        f"{round(plan.herd * runs[0]['users']):,} users for a window and the load back. Run in the "
+        f"order {order}; the host's hashes a second (pyca / libxcrypt) probed before each run. Medians of the "
+        "windows, QPS with its range; `cold.json` holds every window. Made by "
+        "`python -m tools.bench.cold_ab` (`make cold-ab`).",
+        "",
+        *table(runs),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def table(runs: list[dict]) -> list[str]:
+    lines = [
+        "| run | stage | hashes/s | windows | QPS | log in p95 ms | timeline p95 ms | server CPU ms a request "
+        "| herd: tasks, % of the cold windows' | back under the bar |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        cold, libraries = run["cold"], run["bound"]["libraries"]
+        speeds = " / ".join(
+            f"{libraries[name]['hashes_per_s']:g}" for name in ("pyca", "libxcrypt") if name in libraries
+        )
+        summary, herd = cold.get("cold"), cold.get("herd_figures") or {}
+        if not summary:
+            lines.append(f"| {run['run']} | {run['stage']} | {speeds} | {cold.get('state')} | | | | | | |")
+            continue
+        rps, p95 = summary["rps"], summary["p95_ms"]
+        back = herd.get("recovered_after_s")
+        herd_cells = (
+            f"{herd['goodput_pct_of_capacity']}% | {'never' if back is None else f'after {back:g} s'}"
+            if herd
+            else "— | —"
+        )
+        lines.append(
+            f"| {run['run']} | {run['stage']} | {speeds} | {windows_text(cold['windows'])} "
+            f"| {rps['median']} ({rps['min']}-{rps['max']}) | {median_of(p95, LOG_IN)} | {median_of(p95, TIMELINE)} "
+            f"| {summary['server_cpu_ms_per_request']['median']:g} | {herd_cells} |"
+        )
+    return lines
+
+
+def windows_text(windows: list[dict]) -> str:
+    """How many windows met the bar, then each: met, or missed with its failures."""
+    each = " ".join("met" if w["met"] else f"missed ({w['failures']} failed)" for w in windows)
+    return f"{sum(w['met'] for w in windows)}/{len(windows)}: {each}"
+
+
+def median_of(p95: dict, name: str) -> str:
+    figure = p95.get(name)
+    return "—" if not figure else f"{figure['median']:.0f}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
