@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 # (results/LATEST.md); on a branch made by stages/branches, that branch's stage.
 STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo 6)
 
-.PHONY: help setup run stop test lint format bench cold-ab profile mix explain soak locust compare clean
+.PHONY: help setup run stop test lint format bench cold profile mix explain soak locust compare clean
 .DEFAULT_GOAL := help
 
 help:
@@ -21,7 +21,7 @@ help:
 	@echo "                     only a run that measures every stage rewrites results/LATEST.md and the READMEs"
 	@echo "                     (SPLIT=1/2: half the ladder, and stage 4's capacity as a control; python -m tools.bench --compose"
 	@echo "                     FOLDERS makes one ladder of the parts, each stage a ratio to its own part's control)"
-	@echo "make cold-ab STAGES=\"6 4\" USERS=500  cold starts and herds of the stages at equal users, interleaved"
+	@echo "make cold STAGES=\"6 4\" USERS=500     cold starts and herds of the stages at equal users, interleaved"
 	@echo "                     (REPEAT=2 turns, QUICK=1): results/<run>-cold-ab-<stages>/"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
 	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request, by type (PROFILE=1)"
@@ -88,7 +88,7 @@ bench: $(VENV)/.installed-bench
 	@$(PY) -m tools.bench $(if $(STAGES),--stages "$(STAGES)") $(if $(QUICK),--quick) $(if $(KEEP_FROM),--keep-from $(KEEP_FROM)) \
 		$(if $(SPLIT),--split $(SPLIT))
 
-cold-ab: $(VENV)/.installed-bench
+cold: $(VENV)/.installed-bench
 	@$(PY) -m tools.bench.cold_ab --stages "$(or $(STAGES),$(error STAGES="6 4", in the order run))" \
 		--users $(or $(USERS),$(error USERS=N for every cold start)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(QUICK),--quick)
 

@@ -1,4 +1,4 @@
-"""``make cold-ab``: cold starts and herds of stages at equal users, run in turn, tabled from their windows."""
+"""``make cold``: cold starts and herds of stages at equal users, run in turn, tabled from their windows."""
 
 from __future__ import annotations
 

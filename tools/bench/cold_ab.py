@@ -1,4 +1,4 @@
-"""``make cold-ab``: stages' cold starts and herds at equal users, interleaved, in one run.
+"""``make cold``: stages' cold starts and herds at equal users, interleaved, in one run.
 
     python -m tools.bench.cold_ab --stages "6 4" --users 500 --repeat 2     runs 6, 4, 6, 4
 
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             stage = stages.get_stage(number)
             say(f"run {len(runs) + 1}: stage {stage.label}, {args.users} users")
             bound = bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
+            say(f"  {speeds_of(bound)} hashes a second (pyca / libxcrypt)")
             with serving.served(plan, stage, master) as (running, _):
                 cold = measure.measure_cold_start(plan, running, raw, args.users)
             say(measure.cold_line(stage.label, cold))
@@ -79,7 +80,7 @@ def readme(runs: list[dict], about: dict) -> str:
         f"{round(plan.herd * runs[0]['users']):,} users for a window and the load back. Run in the "
         f"order {order}; the host's hashes a second (pyca / libxcrypt) probed before each run. Medians of the "
         "windows, QPS with its range; `cold.json` holds every window. Made by "
-        "`python -m tools.bench.cold_ab` (`make cold-ab`).",
+        "`python -m tools.bench.cold_ab` (`make cold`).",
         "",
         *table(runs),
         "",
@@ -94,10 +95,7 @@ def table(runs: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        cold, libraries = run["cold"], run["bound"]["libraries"]
-        speeds = " / ".join(
-            f"{libraries[name]['hashes_per_s']:g}" for name in ("pyca", "libxcrypt") if name in libraries
-        )
+        cold, speeds = run["cold"], speeds_of(run["bound"])
         summary, herd = cold.get("cold"), cold.get("herd_figures") or {}
         if not summary:
             lines.append(f"| {run['run']} | {run['stage']} | {speeds} | {cold.get('state')} | | | | | | |")
@@ -115,6 +113,11 @@ def table(runs: list[dict]) -> list[str]:
             f"| {summary['server_cpu_ms_per_request']['median']:g} | {herd_cells} |"
         )
     return lines
+
+
+def speeds_of(bound: dict) -> str:
+    libraries = bound["libraries"]
+    return " / ".join(f"{libraries[name]['hashes_per_s']:g}" for name in ("pyca", "libxcrypt") if name in libraries)
 
 
 def windows_text(windows: list[dict]) -> str:
