@@ -20,7 +20,7 @@ from helpers.browser import Browser, sign_up
 from helpers.pages import csrf_token, errors, profile_counts, text_of, tweet_ids, tweet_texts, user_names
 from helpers.postgres import fresh_database
 from helpers.stored import FAST_BCRYPT, count, follows, tweets_by, user_id
-from sqlalchemy import select, text
+from sqlalchemy import func, insert, select, text
 
 from tweepy import create_app
 from tweepy.extensions import db
@@ -455,7 +455,8 @@ def test_psycopg_imported_before_gevent_patches_keeps_the_blocking_wait():
     assert completed.stdout.strip() == "wait_c", completed.stderr
 
 
-def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_pg_app):
+@pytest.mark.parametrize("autocommit", [False, True], ids=["reads in transactions", "reads autocommit"])
+def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_pg_app, autocommit):
     """sync() reads the log by id: a later id must never commit before an earlier one, or a
     process that syncs in between skips the earlier key for good. Writers take turns."""
     import threading
@@ -464,7 +465,7 @@ def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_p
     from tweepy.cache import forget
     from tweepy.writes import transaction
 
-    app = make_pg_app(CACHE="local")
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=autocommit)
     first_logged, let_first_commit = threading.Event(), threading.Event()
     second_logged = threading.Event()
 
@@ -491,3 +492,58 @@ def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_p
     with app.app_context():
         keys = db.session.execute(text("SELECT key FROM cache_invalidations ORDER BY id")).scalars().all()
     assert keys == ["newest_tweets_by:1", "newest_tweets_by:2"]
+
+
+# --- reads in autocommit (DB_READS_AUTOCOMMIT) ------------------------------------------------
+
+
+def server_transaction_status() -> str:
+    return db.session.connection().connection.driver_connection.info.transaction_status.name
+
+
+def test_with_reads_in_autocommit_a_read_leaves_no_transaction_open(make_pg_app):
+    app = make_pg_app(DB_READS_AUTOCOMMIT=True)
+    with app.app_context():
+        db.session.execute(text("SELECT count(*) FROM users")).scalar()
+        assert server_transaction_status() == "IDLE"
+    with make_pg_app(migrate=False).app_context():
+        db.session.execute(text("SELECT count(*) FROM users")).scalar()
+        assert server_transaction_status() == "INTRANS", "without the setting a read opens a transaction"
+
+
+def test_with_reads_in_autocommit_a_write_that_fails_halfway_stores_nothing(make_pg_app):
+    from tweepy import writes
+
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True)
+    with app.app_context():
+        account = writes.register("alice", "alice@example.com", "not-a-real-hash")
+        with pytest.raises(RuntimeError), writes.transaction():
+            db.session.execute(insert(Tweet).values(author_id=account.id, text="half"))
+            assert server_transaction_status() == "INTRANS"
+            raise RuntimeError("the write fails after its first statement")
+        assert server_transaction_status() == "IDLE"
+        assert db.session.scalar(select(func.count()).select_from(Tweet)) == 0
+        writes.post_tweet(account.id, "whole")
+        assert db.session.scalars(select(Tweet.text)).all() == ["whole"]
+
+
+def test_with_reads_in_autocommit_migrations_and_seeding_still_run_in_transactions(make_pg_app, monkeypatch):
+    from tweepy import cli
+
+    app = make_pg_app(migrate=False, DB_READS_AUTOCOMMIT=True)
+    with app.app_context():
+        upgrade()
+        assert {"users", "tweets", "follows", "cache_invalidations"} <= schema(app)[0]
+
+    def fails(connection):
+        raise RuntimeError("the seed fails after its rows are in")
+
+    monkeypatch.setattr(cli, "_move_id_sequence_past_seeded_users", fails)
+    with app.app_context():
+        failed = app.test_cli_runner().invoke(args=["seed", "--users", "30", "--tweets", "200", "--follows", "3"])
+        assert failed.exit_code != 0
+        db.session.rollback()
+        assert db.session.scalar(select(func.count()).select_from(User)) == 0, "half a seed was kept"
+    monkeypatch.undo()
+    seed(app, users=30, tweets=200, follows_each=3)
+    assert len(seeded_rows(app)["tweets"]) == 200

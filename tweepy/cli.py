@@ -16,6 +16,7 @@ from flask.cli import with_appcontext
 from sqlalchemy import Connection, event, func, insert, select, text
 
 from . import config, queries
+from .db_tuning import begin_writing
 from .extensions import bcrypt, db
 from .models import Follow, Tweet, User
 
@@ -99,6 +100,7 @@ def seed_command(users: int, tweets: int, follows: int, rng_seed: int, if_empty:
     now = datetime.utcnow().replace(microsecond=0)
     year_ago = now - timedelta(days=365)
 
+    begin_writing(db.session, current_app.config)  # all or nothing, even where reads autocommit
     connection = db.session.connection()
     _insert_rows(
         connection,

@@ -128,6 +128,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DB_POOL_SIZE", 5, "Connections kept per process"),
     Setting("DB_POOL_OVERFLOW", 0, "Extra connections a process may open under load"),
     Setting("DB_POOL_TIMEOUT", 10, "Seconds a request waits for a pooled connection"),
+    Setting(
+        "DB_READS_AUTOCOMMIT",
+        False,
+        "PostgreSQL: reads run in autocommit, with no BEGIN and ROLLBACK round trips; writes still in transactions",
+    ),
     # Memoized reads.
     Setting(
         "CACHE", "none", "Read cache: 'none', 'local' (in-process, cross-process invalidation) or 'redis' (shared)"

@@ -6,6 +6,10 @@ for another instead of failing with "database is locked". With
 writers; ``synchronous=NORMAL``, which in WAL mode still never corrupts and
 loses at most the last transactions on power loss, not on a process crash;
 a bigger page cache, memory-mapped reads and in-memory temporary tables.
+
+On PostgreSQL with ``DB_READS_AUTOCOMMIT``, connections are in autocommit, so a
+read is one round trip, not BEGIN, the read and ROLLBACK; whatever writes
+begins its own transaction (``begin_writing``).
 """
 
 from __future__ import annotations
@@ -13,22 +17,46 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.orm import Session
+
+BEGIN = text("BEGIN")
 
 
 def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def reads_autocommit(config: dict[str, Any]) -> bool:
+    return bool(config["DB_READS_AUTOCOMMIT"]) and not is_sqlite(config["DATABASE_URL"])
+
+
 def engine_options(config: dict[str, Any]) -> dict[str, Any]:
     """Pool settings: a bounded pool per process, so concurrency cannot exhaust the database."""
-    return {
+    options = {
         "pool_size": config["DB_POOL_SIZE"],
         "max_overflow": config["DB_POOL_OVERFLOW"],
         "pool_timeout": config["DB_POOL_TIMEOUT"],
         "pool_pre_ping": not is_sqlite(config["DATABASE_URL"]),
     }
+    if reads_autocommit(config):
+        options["isolation_level"] = "AUTOCOMMIT"
+    return options
+
+
+def begin_writing(session: Session, config: dict[str, Any]) -> None:
+    """Open a real transaction on the session's connection where reads autocommit; the session's commit
+    or rollback ends it (psycopg sends COMMIT or ROLLBACK whenever the server is in a transaction)."""
+    if reads_autocommit(config):
+        session.execute(BEGIN)
+
+
+def transactional(connection: Connection) -> Connection:
+    """``connection`` in PostgreSQL's default READ COMMITTED, for work that must be all or nothing (migrations)."""
+    if connection.dialect.name == "postgresql":
+        return connection.execution_options(isolation_level="READ COMMITTED")
+    return connection
 
 
 def pragmas(config: dict[str, Any]) -> list[str]:

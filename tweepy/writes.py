@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
+from flask import current_app
 from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from . import queries
 from .cache import cache, forget, patch
+from .db_tuning import begin_writing
 from .errors import Invalid, NotAllowed, NotFound, Taken
 from .extensions import db
 from .models import Follow, ThrottleEvent, Tweet, User, utcnow
@@ -44,6 +46,7 @@ LONGEST_WINDOW = timedelta(days=1)
 def transaction() -> Iterator[None]:
     """Commit everything done inside, or nothing; then let the cache know."""
     try:
+        begin_writing(db.session, current_app.config)
         yield
         db.session.commit()
     except BaseException:
