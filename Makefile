@@ -22,7 +22,7 @@ help:
 	@echo "                     (SPLIT=1/2: half the ladder, and stage 4's capacity as a control; python -m tools.bench --compose"
 	@echo "                     FOLDERS makes one ladder of the parts, each stage a ratio to its own part's control)"
 	@echo "make cold STAGES=\"6 4\" USERS=500     cold starts and herds of the stages at equal users, interleaved"
-	@echo "                     (REPEAT=2 turns, QUICK=1): results/<run>-cold-ab-<stages>/"
+	@echo "                     (REPEAT=2 turns): results/<run>-cold-ab-<stages>/; QUICK=1 a smoke run into var/bench/"
 	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
 	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request, by type (PROFILE=1)"
 	@echo "make explain STAGE=N how stage N's database runs each read the pages make (EXPLAIN, timings)"

@@ -6,6 +6,8 @@ import contextlib
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from tools.bench import cold_ab
 from tools.bench.runs import RESULTS
 
@@ -23,7 +25,9 @@ def test_a_window_missed_shows_its_failures_and_the_count_of_those_met():
     assert cold_ab.windows_text(windows) == "1/3: missed (14 failed) met missed (0 failed)"
 
 
-def test_the_stages_run_in_turn_each_started_afresh_after_the_host_is_probed(tmp_path, monkeypatch):
+@pytest.fixture
+def events(tmp_path, monkeypatch):
+    """What a cold-ab run did, in order, with the servers, the probe and the measuring faked."""
     measured = json.loads((PUBLISHED / "cold.json").read_text())[0]["cold"]
     events = []
 
@@ -44,10 +48,15 @@ def test_the_stages_run_in_turn_each_started_afresh_after_the_host_is_probed(tmp
     monkeypatch.setattr(cold_ab, "stop_cleanly_on_sigterm", lambda: None)
     monkeypatch.setattr(cold_ab, "bcrypt_bound", probe)
     monkeypatch.setattr(cold_ab, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(cold_ab, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(cold_ab.serving, "WORK", tmp_path / "work")
     monkeypatch.setattr(cold_ab.serving, "seeded_master", lambda plan: tmp_path / "seed.sqlite3")
     monkeypatch.setattr(cold_ab.serving, "served", served)
     monkeypatch.setattr(cold_ab.measure, "measure_cold_start", cold_start)
+    return events
+
+
+def test_the_stages_run_in_turn_each_started_afresh_after_the_host_is_probed(tmp_path, events):
     out = tmp_path / "out"
 
     assert cold_ab.main(["--stages", "6 4", "--users", "500", "--repeat", "2", "--out", str(out)]) == 0
@@ -67,3 +76,10 @@ def test_the_stages_run_in_turn_each_started_afresh_after_the_host_is_probed(tmp
         "| 2 | 4 | 8 / 9.5 | 2/3: missed (89 failed) met met | 294.7 (235.3-311.0) | 1600 | 1300 | 5.36 "
         "| 44.2% | never |" in readme
     )
+
+
+def test_a_quick_run_stays_out_of_results(tmp_path, events):
+    assert cold_ab.main(["--stages", "6", "--users", "10", "--repeat", "1", "--quick"]) == 0
+    assert (tmp_path / "work" / "quick-cold" / "README.md").exists()
+    assert not (tmp_path / "results").exists()
+    assert events == ["probe", "start 6", "cold start 6 at 10", "stop 6"]

@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     numbers = [int(n) for n in args.stages.replace(",", " ").split()]
     plan = make_plan(numbers, args.quick, os.environ)
     now = datetime.now(UTC)
-    folder = args.out or RESULTS / f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}-cold-ab-{'-'.join(map(str, numbers))}"
+    name = f"{now:%Y-%m-%d-%H%M}-{socket.gethostname()}-cold-ab-{'-'.join(map(str, numbers))}"
+    # A smoke run's tiny data measures nothing worth keeping: it stays out of results/.
+    folder = args.out or (serving.WORK / "quick-cold" if args.quick else RESULTS / name)
     folder.mkdir(parents=True, exist_ok=True)
     raw = serving.WORK / "cold-ab"
     raw.mkdir(parents=True, exist_ok=True)
