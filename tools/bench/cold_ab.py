@@ -19,6 +19,7 @@ from pathlib import Path
 from tools import stages
 from tools.bench import measure, serving
 from tools.bench.__main__ import stop_cleanly_on_sigterm
+from tools.bench.cold_report import p95_cell
 from tools.bench.machine import ROOT, bcrypt_bound, git_commit, machine, say
 from tools.bench.plan import make_plan
 from tools.bench.runs import RESULTS
@@ -102,7 +103,7 @@ def table(runs: list[dict]) -> list[str]:
         if not summary:
             lines.append(f"| {run['run']} | {run['stage']} | {speeds} | {cold.get('state')} | | | | | | |")
             continue
-        rps, p95 = summary["rps"], summary["p95_ms"]
+        rps = summary["rps"]
         back = herd.get("recovered_after_s")
         herd_cells = (
             f"{herd['goodput_pct_of_capacity']}% | {'never' if back is None else f'after {back:g} s'}"
@@ -111,7 +112,8 @@ def table(runs: list[dict]) -> list[str]:
         )
         lines.append(
             f"| {run['run']} | {run['stage']} | {speeds} | {windows_text(cold['windows'])} "
-            f"| {rps['median']} ({rps['min']}-{rps['max']}) | {median_of(p95, LOG_IN)} | {median_of(p95, TIMELINE)} "
+            f"| {rps['median']} ({rps['min']}-{rps['max']}) "
+            f"| {p95_cell(summary, LOG_IN)} | {p95_cell(summary, TIMELINE)} "
             f"| {summary['server_cpu_ms_per_request']['median']:g} | {herd_cells} |"
         )
     return lines
@@ -126,11 +128,6 @@ def windows_text(windows: list[dict]) -> str:
     """How many windows met the bar, then each: met, or missed with its failures."""
     each = " ".join("met" if w["met"] else f"missed ({w['failures']} failed)" for w in windows)
     return f"{sum(w['met'] for w in windows)}/{len(windows)}: {each}"
-
-
-def median_of(p95: dict, name: str) -> str:
-    figure = p95.get(name)
-    return "—" if not figure else f"{figure['median']:.0f}"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ from __future__ import annotations
 from tools.protocol import HASHING, LOG_IN, REGISTER
 
 
-def _p95(summary: dict, name: str) -> str:
+def p95_cell(summary: dict, name: str) -> str:
+    """The median p95 of one request type over a cold start's windows, in ms, or a dash."""
     figure = summary["p95_ms"].get(name)
     return "—" if not figure else f"{figure['median']:.0f}"
 
@@ -45,8 +46,8 @@ def cold_start_table(report: dict) -> list[str]:
         pct = herd.get("goodput_pct_of_capacity")
         lines.append(
             f"| {r['stage']} {r['name']} | {cold['users']} | {summary['windows_met']}/{summary['windows']} "
-            f"| {qps['median']:g} ({qps['min']:g}-{qps['max']:g}) | {_p95(summary, LOG_IN)} "
-            f"| {_p95(summary, REGISTER)} | {_pages_p95(summary)} | {summary['failures']} "
+            f"| {qps['median']:g} ({qps['min']:g}-{qps['max']:g}) | {p95_cell(summary, LOG_IN)} "
+            f"| {p95_cell(summary, REGISTER)} | {_pages_p95(summary)} | {summary['failures']} "
             f"| {(cold.get('herd') or {}).get('users', '—')} | {'—' if pct is None else f'{pct}%'} | {back_cell} |"
         )
     return lines
