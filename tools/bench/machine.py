@@ -89,6 +89,7 @@ def _probe(name: str, cost: int, seconds: float, cores: int, deadline: float | N
     start, loops = spawn.Barrier(cores), spawn.Queue()
     children = [spawn.Process(target=_hash_together, args=((name, cost, seconds), start, loops)) for _ in range(cores)]
     deadline = deadline or 10 * seconds + 120
+    counted = []
     try:
         for child in children:
             child.start()
@@ -97,7 +98,7 @@ def _probe(name: str, cost: int, seconds: float, cores: int, deadline: float | N
         raise RuntimeError(f"bcrypt probe: a hashing process did not report within {deadline:g}s") from None
     finally:
         for child in children:
-            child.join(timeout=5)
+            child.join(timeout=5 if len(counted) == cores else 0)  # every one reported: each is leaving
             if child.is_alive():
                 child.kill()
                 child.join()
