@@ -100,7 +100,7 @@ def seed_command(users: int, tweets: int, follows: int, rng_seed: int, if_empty:
     now = datetime.utcnow().replace(microsecond=0)
     year_ago = now - timedelta(days=365)
 
-    begin_writing(db.session, current_app.config)  # all or nothing, even where reads autocommit
+    begin_writing()  # all or nothing, even where reads autocommit
     connection = db.session.connection()
     _insert_rows(
         connection,

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask
+from flask import Flask, current_app
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.orm import Session
+
+from .extensions import db
 
 BEGIN = text("BEGIN")
 
@@ -45,11 +46,11 @@ def engine_options(config: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def begin_writing(session: Session, config: dict[str, Any]) -> None:
-    """Open a real transaction on the session's connection where reads autocommit; the session's commit
-    or rollback ends it (psycopg sends COMMIT or ROLLBACK whenever the server is in a transaction)."""
-    if reads_autocommit(config):
-        session.execute(BEGIN)
+def begin_writing() -> None:
+    """Open a real transaction on the app's session where reads autocommit; the session's commit or
+    rollback ends it (psycopg sends COMMIT or ROLLBACK whenever the server is in a transaction)."""
+    if reads_autocommit(current_app.config):
+        db.session.execute(BEGIN)
 
 
 def transactional(connection: Connection) -> Connection:

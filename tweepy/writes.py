@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from flask import current_app
 from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
@@ -46,7 +45,7 @@ LONGEST_WINDOW = timedelta(days=1)
 def transaction() -> Iterator[None]:
     """Commit everything done inside, or nothing; then let the cache know."""
     try:
-        begin_writing(db.session, current_app.config)
+        begin_writing()
         yield
         db.session.commit()
     except BaseException:
