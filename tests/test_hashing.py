@@ -18,7 +18,15 @@ from helpers.stored import PASSWORD, add_users
 from tools.bench.procfs import thread_cpu_seconds
 from tweepy import passwords
 from tweepy.errors import Busy
-from tweepy.hashing import HASHING_THREAD, HashingQueue, Waiter, next_waiter, retry_after_s
+from tweepy.hashing import (
+    BEHIND_PAGES_NICE,
+    HASHING_THREAD,
+    HashingQueue,
+    Lateness,
+    Waiter,
+    next_waiter,
+    retry_after_s,
+)
 from tweepy.passwords import REQUEST_START
 
 
@@ -259,3 +267,105 @@ def test_an_answer_that_hashed_says_where_its_time_went(app):
     assert set(parts) == {"before", "wait", "hash", "back", "after"}
     assert float(parts["hash"]) > 0
     assert "Server-Timing" not in app.test_client().get("/").headers
+
+
+# While the queue refuses and requests begin late, hashes run behind the pages.
+
+
+def test_requests_are_late_once_more_than_a_tenth_of_this_seconds_waited_too_long():
+    clock = Clock()
+    lateness = Lateness(limit_s=0.3, clock=clock)
+    for waited in [0.01] * 9 + [0.5]:
+        lateness.note(waited)
+    assert not lateness.late  # one in ten is not more than a tenth
+    lateness.note(0.4)
+    assert lateness.late
+
+
+def test_requests_stay_late_for_the_next_second_and_are_on_time_once_a_whole_second_was():
+    clock = Clock()
+    lateness = Lateness(limit_s=0.3, clock=clock)
+    lateness.note(2.0)
+    clock.now += 1
+    assert lateness.late
+    for _ in range(20):
+        lateness.note(0.01)
+    assert lateness.late  # the second before still was late
+    clock.now += 1
+    lateness.note(0.01)
+    assert not lateness.late
+    clock.now += 5  # nothing at all begun in the seconds between: nothing late
+    lateness.note(0.01)
+    assert not lateness.late
+
+
+class Late:
+    late = True
+
+
+class OnTime:
+    late = False
+
+
+def refuse_one(queue: HashingQueue) -> None:
+    with pytest.raises(Busy):
+        queue.run(lambda: "hashed", received_at=time.time() - 60)
+
+
+def test_hashes_go_behind_the_pages_only_while_the_queue_refuses_and_requests_are_late():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock, lateness=Late())
+    assert not queue.behind_pages  # late, but nobody refused: logins first, as without
+    refuse_one(queue)
+    assert queue.behind_pages
+    clock.now += 3.0  # no refusal for a whole wait
+    assert not queue.behind_pages
+    refuse_one(queue)
+    queue.lateness = OnTime()
+    assert not queue.behind_pages  # refusing, but the pages are served in time
+
+
+def priorities_of_hashing_threads(late: bool) -> tuple[int, int]:
+    """The nice of the thread a hash ran on, and of the thread that asked for it."""
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=True, lateness=Late() if late else OnTime())
+    refuse_one(queue)
+    tid = queue.run(threading.get_native_id)
+    own = threading.get_native_id()
+    return os.getpriority(os.PRIO_PROCESS, tid), os.getpriority(os.PRIO_PROCESS, own)
+
+
+def test_a_hash_behind_the_pages_runs_on_a_thread_at_the_lowest_priority_and_leaves_the_others_be():
+    seen = {}
+
+    def serve():  # in a thread of its own, so the test's own thread keeps its priority
+        seen["before"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        seen["on_time"] = priorities_of_hashing_threads(late=False)
+        seen["late"] = priorities_of_hashing_threads(late=True)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    thread.join(30)
+    assert seen["on_time"] == (seen["before"], seen["before"])
+    assert seen["late"] == (BEHIND_PAGES_NICE, seen["before"])
+
+
+def test_a_hash_behind_the_pages_still_answers_and_teaches_the_queue_its_time():
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=True, lateness=Late())
+    refuse_one(queue)
+    queue.seconds_per_hash = 0.0
+    assert queue.run(slow_hash(0.05)) == "hashed"
+    assert queue.seconds_per_hash >= 0.2 * 0.05
+    assert queue.busy == 0
+
+
+def test_requests_that_waited_since_nginx_got_them_make_the_process_late(make_app):
+    app = make_app(PAGES_LATE_MS=300)
+    client = app.test_client()
+    lateness = passwords._queue(app.config).lateness
+    client.environ_base[REQUEST_START] = f"{time.time():.3f}"
+    for _ in range(5):
+        assert client.get("/").status_code == 200
+    assert not lateness.late
+    client.environ_base[REQUEST_START] = f"{time.time() - 1:.3f}"
+    assert client.get("/").status_code == 200
+    assert lateness.late
