@@ -840,3 +840,25 @@ def test_a_bench_stopped_with_sigterm_leaves_through_its_finally_blocks_and_stop
     bench.terminate()
     assert bench.wait(timeout=30) == 128 + 15
     assert (tmp_path / "stopped").read_text() == "servers stopped"
+
+
+def test_a_bench_stopped_while_its_load_runs_leaves_no_load_generator_behind(tmp_path):
+    """What the bench starts for a measurement (locust) is killed when the measurement ends early, here by
+    SIGTERM while it waits for the load, as a CI timeout or a person's ``kill`` would end it."""
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import sys\n"
+        "from tools.bench.__main__ import stop_cleanly_on_sigterm\n"
+        "from tools.bench.measure import started\n"
+        "stop_cleanly_on_sigterm()\n"
+        "with started([sys.executable, '-c', 'import time; time.sleep(60)']) as load:\n"
+        "    print(load.pid, flush=True)\n"
+        "    load.wait()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(machine.ROOT)}
+    bench = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    load_pid = int(bench.stdout.readline())
+    bench.terminate()
+    assert bench.wait(timeout=30) == 128 + 15
+    with pytest.raises(ProcessLookupError):
+        os.kill(load_pid, 0)

@@ -4,11 +4,13 @@ start and herd (``cold_shape``)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv as csv_module
 import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tools import services, stages
@@ -56,22 +58,30 @@ def ceiling_verdict(rps: float, generator_cores: float, server_cores: float, pro
     return {"rps": rps, "lower_bound": bool(why), "why": "; ".join(why)}
 
 
+@contextlib.contextmanager
+def started(command: list[str], **popen) -> Iterator[subprocess.Popen]:
+    """``command`` running from the repository's root for the block, and killed if it still runs at its
+    end, however the block ends: an error, Ctrl-C or SIGTERM leaves no load generator behind."""
+    process = subprocess.Popen(command, cwd=ROOT, **popen)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
 def measure_ceiling(plan: Plan, running: stages.Running, raw: Path) -> dict:
     csv = raw / f"stage{running.stage.slug}-ceiling"
     files = "tools/bench/ceiling_locustfile.py"
     command = locust_command(plan, files, running.url, csv, plan.ceiling_users, plan.ceiling_s)
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with started(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
         # CPU shares are sampled inside the run, past locust's start-up (imports, spawning users).
         time.sleep(min(2.0, plan.ceiling_s / 2))
         first = _cpu_of(process.pid, running)
         time.sleep(max(0.5, plan.ceiling_s - min(2.0, plan.ceiling_s / 2) - 0.5))
         last = _cpu_of(process.pid, running)
         process.wait(timeout=plan.ceiling_s + 60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     seconds = last["time"] - first["time"]
     generator_cores = (last["generator"] - first["generator"]) / seconds
     server_cores = (last["server"] - first["server"]) / seconds
@@ -128,26 +138,19 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict
     files = "locustfile.py,tools/bench/capacity_shape.py"
     command = locust_command(plan, files, running.url, raw / f"stage{slug}", None, limit)
     log_path = raw / f"stage{slug}-locust.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log, started(command, env=env, stdout=log, stderr=subprocess.STDOUT) as process:
         shown = None
-        try:
-            while process.poll() is None:
-                time.sleep(2)
-                line = progress_line(label, out)
-                if line and line != shown:
-                    say(line)
-                    shown = line
-                if not running.alive():
-                    say(f"  stage {label}: a server exited during the search")
-                    break
+        while process.poll() is None:
+            time.sleep(2)
+            line = progress_line(label, out)
+            if line and line != shown:
+                say(line)
+                shown = line
+            if not running.alive():
+                say(f"  stage {label}: a server exited during the search")
+                break
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
     return search_outcome(out, process.returncode, running.alive(), log_path.name)
 
 
@@ -160,8 +163,8 @@ def measure_cold_start(plan: Plan, running: stages.Running, raw: Path, users: in
     env = {**os.environ, **cold_environment(plan, out, servers, users)}
     files = "locustfile.py,tools/bench/cold_shape.py"
     command = locust_command(plan, files, running.url, raw / f"stage{slug}-cold", None, cold_time_limit(plan))
-    with open(raw / f"stage{slug}-cold-locust.log", "wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log_path = raw / f"stage{slug}-cold-locust.log"
+    with open(log_path, "wb") as log, started(command, env=env, stdout=log, stderr=subprocess.STDOUT) as process:
         ends, shown = time.monotonic() + cold_time_limit(plan) + 60, None
         while process.poll() is None and time.monotonic() < ends:
             time.sleep(2)
@@ -169,9 +172,6 @@ def measure_cold_start(plan: Plan, running: stages.Running, raw: Path, users: in
             if line and line != shown:
                 say(line)
                 shown = line
-        if process.poll() is None:
-            process.kill()
-        process.wait()
     try:
         data = json.loads(out.read_text())
     except (OSError, ValueError):
