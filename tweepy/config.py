@@ -75,13 +75,6 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",
     ),
-    Setting(
-        "PAGES_LATE_MS",
-        0,
-        "With BCRYPT_IN_THREADPOOL: while a process refuses logins and over a tenth of the requests it began in"
-        " the last second had waited longer than this since nginx got them, it hashes below its pages (0: never)",
-        minimum=0,
-    ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
         "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",

@@ -3,15 +3,13 @@
 A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them.
 A request waits for a slot until its deadline; the queue turns newest-first when congested, refuses
 at once a request that could not start in time (503, with a Retry-After that says how long the
-queue needs). While it refuses and the process's requests begin late (``Lateness``), its hashes run
-on threads below the pages, so the pages of the people already in keep their cores.
+queue needs).
 Every answer that hashed says where its time went in a Server-Timing header.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import random
 import threading
 import time
@@ -27,8 +25,6 @@ BUSY = "Too many people are logging in right now. Nothing was sent anywhere: try
 # What a hashing thread calls itself (``top -H``, /proc/<pid>/task/<tid>/comm): the profile and the
 # benchmark count the CPU time of hashing by it, apart from everything else the process does.
 HASHING_THREAD = "tweepy-hash"
-# The nice of the threads hashing behind the pages: the lowest there is, below pages at any PAGES_NICE.
-BEHIND_PAGES_NICE = 19
 
 
 class Waiter:
@@ -64,48 +60,13 @@ def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: floa
     return max(1, math.ceil(drain * spread))
 
 
-class Lateness:
-    """Whether the requests a process began lately had waited too long since nginx received them:
-    more than a tenth of those begun in the last whole second, or in this one, waited over ``limit_s``."""
-
-    def __init__(self, limit_s: float, clock: Callable[[], float] = time.time) -> None:
-        self.limit_s = limit_s
-        self.clock = clock
-        self.second = int(clock())
-        self.now = [0, 0]  # begun in this second, and of them late
-        self.before = [0, 0]  # the same for the second before
-
-    def _roll(self) -> None:
-        second = int(self.clock())
-        if second != self.second:
-            self.before = self.now if second == self.second + 1 else [0, 0]
-            self.now = [0, 0]
-            self.second = second
-
-    def note(self, waited_s: float) -> None:
-        """A request begun after waiting ``waited_s`` since nginx received it."""
-        self._roll()
-        self.now[0] += 1
-        self.now[1] += waited_s > self.limit_s
-
-    @property
-    def late(self) -> bool:
-        self._roll()
-        return any(begun and late * 10 > begun for begun, late in (self.before, self.now))
-
-
 class HashingQueue:
     """The hashing slots of one process, and the requests waiting for one.
 
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
     goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
     the newest. A request that could not start before its deadline given the queue ahead of it is
-    refused at once; every refusal says, in Retry-After, how long the queue needs to drain.
-
-    Given a ``lateness``, a hash that starts while the queue has refused someone within the wait and
-    the process's requests are late runs behind the pages: on threads at ``BEHIND_PAGES_NICE``, which
-    get only the CPU the pages leave. Nothing idles (unlike resting the slots), so the queue drains
-    as fast as the cores allow, and the pages of those already in are served meanwhile."""
+    refused at once; every refusal says, in Retry-After, how long the queue needs to drain."""
 
     def __init__(
         self,
@@ -114,42 +75,28 @@ class HashingQueue:
         native_threads: bool,
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
-        lateness: Lateness | None = None,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
-        self.lateness = lateness
         self.clock = clock
         self.spread = spread
         self.lock = threading.Lock()
         self.busy = 0
         self.waiting: deque[Waiter] = deque()
         self.last_empty = clock()  # the last time nobody waited
-        self.last_refused = -math.inf  # the last time someone was refused
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
-        self.pool = self.behind_pool = None
+        self.pool = None
         if native_threads:
             from gevent.threadpool import ThreadPool
 
             self.pool = ThreadPool(maxsize=slots)
             self.pool.size = slots  # its threads start now, from the thread making the queue
-            if lateness is not None:
-                # Threads of their own: an unprivileged thread may lower its priority, never raise it back.
-                self.behind_pool = ThreadPool(maxsize=slots)
-                self.behind_pool.size = slots
 
     @property
     def congested(self) -> bool:
         return bool(self.waiting) and self.clock() - self.last_empty > self.wait_s / 3
 
-    @property
-    def behind_pages(self) -> bool:
-        """Whether a hash starting now runs behind the pages: the queue refused someone within the wait,
-        and the requests are late."""
-        return self.lateness is not None and self.clock() - self.last_refused < self.wait_s and self.lateness.late
-
     def busy_refusal(self) -> Busy:
-        self.last_refused = self.clock()
         queued = self.busy + len(self.waiting)
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
@@ -212,10 +159,7 @@ class HashingQueue:
             started = self.clock()
             # `is not None`: an idle ThreadPool has no tasks, so it is falsy.
             if self.pool is not None:
-                if self.behind_pool is not None and self.behind_pages:
-                    result, hashing_s = self.behind_pool.apply(_behind_pages, (work, *args))
-                else:
-                    result, hashing_s = self.pool.apply(_in_hashing_thread, (work, *args))
+                result, hashing_s = self.pool.apply(_in_hashing_thread, (work, *args))
             else:
                 result, hashing_s = _timed(work, *args)
             self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
@@ -236,14 +180,6 @@ def _in_hashing_thread(work: Callable[..., Any], *args: Any) -> tuple[Any, float
 
     setthreadtitle(HASHING_THREAD)
     return _timed(work, *args)
-
-
-def _behind_pages(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
-    """``_in_hashing_thread``, on a thread that first lowers itself to ``BEHIND_PAGES_NICE``."""
-    tid = threading.get_native_id()
-    if os.getpriority(os.PRIO_PROCESS, tid) < BEHIND_PAGES_NICE:
-        os.setpriority(os.PRIO_PROCESS, tid, BEHIND_PAGES_NICE)
-    return _in_hashing_thread(work, *args)
 
 
 def _note_timing(**seconds: float) -> None:

@@ -4,8 +4,7 @@ bcrypt is the costliest thing the app does, on purpose. What keeps it from hurti
 a hash never holds a database connection (``connection_given_back``); each process hashes in
 the turns of its ``HashingQueue`` (``hashing.py``), at most ``HASHING_SLOTS`` at once, on native
 threads with ``BCRYPT_IN_THREADPOOL`` (bcrypt releases the GIL), which ``PAGES_NICE`` puts ahead
-of the thread serving pages, and ``PAGES_LATE_MS`` behind it while the queue is overrun and
-pages begin late; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
+of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
 same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
 receiving it is answered 503 without any hash spent on it.
 """
@@ -16,7 +15,6 @@ import hmac
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ import bcrypt as pyca_bcrypt
 from flask import Flask, current_app, has_request_context, request
 
 from .extensions import bcrypt, db
-from .hashing import HashingQueue, Lateness, say_where_the_time_went
+from .hashing import HashingQueue, say_where_the_time_went
 
 # bcrypt reads at most 72 bytes; longer passwords are refused at registration
 # rather than silently truncated.
@@ -94,16 +92,13 @@ def makes_pycas_hashes(library: Library) -> bool:
 
 def init_app(app: Flask) -> None:
     """Choose the bcrypt library of ``BCRYPT_LIBRARY`` (once it has shown it makes bcrypt's hashes here),
-    say where a hashing answer's time went, put hashing ahead of pages (``PAGES_NICE``), and with
-    ``PAGES_LATE_MS`` note how long every request waited before the app began it."""
+    say where a hashing answer's time went, and put hashing ahead of pages (``PAGES_NICE``)."""
     name = app.config["BCRYPT_LIBRARY"]
     if name == "libxcrypt" and not makes_pycas_hashes(LIBRARIES[name]):
         app.logger.warning("BCRYPT_LIBRARY=libxcrypt: this system's crypt library has no bcrypt; hashing with pyca")
         name = "pyca"
     app.extensions["tweepy_bcrypt"] = LIBRARIES[name]
     app.after_request(say_where_the_time_went)
-    if app.config["PAGES_LATE_MS"]:
-        app.before_request(_note_how_long_it_waited)
     _put_hashing_first(app)
 
 
@@ -113,9 +108,9 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, late_s: float) -> HashingQueue:
+def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads, lateness=Lateness(late_s) if late_s else None)
+    return HashingQueue(slots, wait_s, native_threads)
 
 
 def _queue(config) -> HashingQueue:
@@ -124,14 +119,7 @@ def _queue(config) -> HashingQueue:
         config["HASHING_SLOTS"],
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
-        config["PAGES_LATE_MS"] / 1000,
     )
-
-
-def _note_how_long_it_waited() -> None:
-    received = _received_at()
-    if received is not None:
-        _queue(current_app.config).lateness.note(time.time() - received)
 
 
 def _put_hashing_first(app: Flask) -> None:
