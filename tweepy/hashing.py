@@ -1,14 +1,15 @@
 """The hashing slots of a process, and the requests waiting for one (``HashingQueue``).
 
-A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them.
-A request waits for a slot until its deadline; the queue turns newest-first when congested, refuses
-at once a request that could not start in time (503, with a Retry-After that says how long the
-queue needs).
+A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them,
+which go from one hash to the next without waiting for the event loop. A request waits for a slot
+until its deadline; the queue turns newest-first when congested, refuses at once a request that
+could not start in time (503, with a Retry-After that says how long the queue needs).
 Every answer that hashed says where its time went in a Server-Timing header.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import threading
@@ -28,20 +29,28 @@ HASHING_THREAD = "tweepy-hash"
 
 
 class Waiter:
-    """A request waiting for a hashing slot: when it must start by, and whether a slot was handed to it."""
+    """A request waiting for a hashing slot: when it must start by, whether a slot was handed to it, and,
+    on a hashing thread, the work it brings and what came of it."""
 
-    __slots__ = ("deadline", "given", "handed")
+    __slots__ = ("deadline", "given", "handed", "work", "started", "outcome", "error")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, work: Callable[[], Any] | None = None) -> None:
         self.deadline = deadline  # monotonic seconds; past it, the request is refused unhashed
+        # Set when the slot is handed over (or, on a hashing thread, once the work is done), or to refuse.
         self.given = threading.Event()  # gevent's under monkey-patching: the greenlet sleeps on it
         self.handed = False  # a slot is this waiter's (False when woken only to be refused)
+        self.work = work
+        self.started = 0.0
+        self.outcome: tuple[Any, float] | None = None  # the work's result, and the seconds it took
+        self.error: BaseException | None = None
 
 
-def next_waiter(waiting: deque[Waiter], now: float, congested: bool) -> Waiter | None:
+def next_waiter(
+    waiting: deque[Waiter], now: float, congested: bool, wake: Callable[[Waiter], None] | None = None
+) -> Waiter | None:
     """Whom a freed slot goes to, and who is refused on the way.
 
-    Waiters past their deadline are dropped (woken unhanded: they answer "busy"). Then the
+    Waiters past their deadline are dropped (woken unhanded by ``wake``: they answer "busy"). Then the
     oldest waiter gets the slot, or, while the queue is congested, the newest: the one with
     the most time left, so the logins that are answered are answered in time instead of
     every login being answered late (adaptive LIFO)."""
@@ -49,8 +58,12 @@ def next_waiter(waiting: deque[Waiter], now: float, congested: bool) -> Waiter |
         waiter = waiting.pop() if congested else waiting.popleft()
         if waiter.deadline > now:
             return waiter
-        waiter.given.set()
+        (wake or _set_given)(waiter)
     return None
+
+
+def _set_given(waiter: Waiter) -> None:
+    waiter.given.set()
 
 
 def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: float) -> int:
@@ -66,7 +79,11 @@ class HashingQueue:
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
     goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
     the newest. A request that could not start before its deadline given the queue ahead of it is
-    refused at once; every refusal says, in Retry-After, how long the queue needs to drain."""
+    refused at once; every refusal says, in Retry-After, how long the queue needs to drain.
+
+    With native threads, each slot is a thread that takes the next waiter's work itself as soon as
+    a hash ends, and only the answer goes back through the event loop: under gevent a busy loop can
+    take hundreds of milliseconds to come round, and a slot handed back through it idles meanwhile."""
 
     def __init__(
         self,
@@ -80,17 +97,13 @@ class HashingQueue:
         self.wait_s = wait_s
         self.clock = clock
         self.spread = spread
-        self.lock = threading.Lock()
         self.busy = 0
         self.waiting: deque[Waiter] = deque()
         self.last_empty = clock()  # the last time nobody waited
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
-        self.pool = None
-        if native_threads:
-            from gevent.threadpool import ThreadPool
-
-            self.pool = ThreadPool(maxsize=slots)
-            self.pool.size = slots  # its threads start now, from the thread making the queue
+        self.threads = _HashingThreads(self) if native_threads else None
+        # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
+        self.lock = self.threads.lock if self.threads else threading.Lock()
 
     @property
     def congested(self) -> bool:
@@ -100,22 +113,27 @@ class HashingQueue:
         queued = self.busy + len(self.waiting)
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
-    def _take(self, deadline: float) -> Waiter | None:
-        """A slot at once (None), or a place in the queue (a Waiter); Busy when it could not start in time."""
+    def _take(self, deadline: float, work: Callable[[], Any] | None = None) -> Waiter | None:
+        """A slot at once (None), or a place in the queue (a Waiter); Busy when it could not start in time.
+
+        With hashing threads every request queues (a free thread takes it at once)."""
         with self.lock:
             now = self.clock()
+            free = self.busy + len(self.waiting) < self.slots
             if not self.waiting:
                 self.last_empty = now
-                if self.busy < self.slots and deadline > now:
+                if free and deadline > now and not self.threads:
                     self.busy += 1
                     return None
             # The slot it can hope for: the next to free while congested (newest first), else its turn.
             ahead = 1 if self.congested else len(self.waiting) + 1
-            if now + ahead * self.seconds_per_hash / self.slots > deadline:
+            if not (free and deadline > now) and now + ahead * self.seconds_per_hash / self.slots > deadline:
                 raise self.busy_refusal()
-            waiter = Waiter(deadline)
+            waiter = Waiter(deadline, work)
             self.waiting.append(waiter)
-            return waiter
+        if self.threads:
+            self.threads.ring()
+        return waiter
 
     def _wait(self, waiter: Waiter) -> None:
         try:
@@ -125,7 +143,7 @@ class HashingQueue:
                 handed = waiter.handed
                 if not handed and waiter in self.waiting:
                     self.waiting.remove(waiter)
-            if handed:
+            if handed and not self.threads:
                 self._give_back()
             raise
         with self.lock:
@@ -147,39 +165,108 @@ class HashingQueue:
             if not self.waiting:
                 self.last_empty = now
 
+    def _learn(self, hashing_s: float) -> None:
+        self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
+
     def run(self, work: Callable[..., Any], *args: Any, received_at: float | None = None) -> Any:
         """``work(*args)`` in a hashing slot; Busy if it could not start by ``wait_s`` after ``received_at``
         (nginx's clock, seconds since the epoch; now when not given)."""
         entered = self.clock()
         waited = max(0.0, time.time() - received_at) if received_at else 0.0
-        waiter = self._take(entered - waited + self.wait_s)
-        if waiter is not None:
-            self._wait(waiter)
-        try:
-            started = self.clock()
-            # `is not None`: an idle ThreadPool has no tasks, so it is falsy.
-            if self.pool is not None:
-                result, hashing_s = self.pool.apply(_in_hashing_thread, (work, *args))
-            else:
+        deadline = entered - waited + self.wait_s
+        if self.threads:
+            waiter = self._take(deadline, functools.partial(work, *args))
+            self._wait(waiter)  # handed to a thread: it waits on until its work is done
+            waiter.given.wait()
+            if waiter.error is not None:
+                raise waiter.error
+            (result, hashing_s), started = waiter.outcome, waiter.started
+        else:
+            waiter = self._take(deadline)
+            if waiter is not None:
+                self._wait(waiter)
+            try:
+                started = self.clock()
                 result, hashing_s = _timed(work, *args)
-            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
-            _note_timing(before=waited, wait=started - entered, hash=hashing_s, back=self.clock() - started - hashing_s)
-            return result
-        finally:
-            self._give_back()
+                self._learn(hashing_s)
+            finally:
+                self._give_back()
+        _note_timing(before=waited, wait=started - entered, hash=hashing_s, back=self.clock() - started - hashing_s)
+        return result
+
+
+class _HashingThreads:
+    """The native threads of a queue's slots: each takes the next waiter itself when its hash ends (under
+    the queue's rules) and wakes the waiting greenlet through the event loop, which it never waits for."""
+
+    def __init__(self, queue: HashingQueue) -> None:
+        from gevent import get_hub, monkey
+
+        self.queue = queue
+        self.lock = monkey.get_original("_thread", "allocate_lock")()
+        self.bell = monkey.get_original("queue", "SimpleQueue")()  # blocks a native thread, never a greenlet
+        self.done: deque[Waiter] = deque()  # answered or refused, for the event loop to wake
+        self.wakeup = None
+        if monkey.is_module_patched("threading"):  # the waiting greenlets sleep on gevent's events
+            self.wakeup = get_hub().loop.async_()
+            self.wakeup.start(self._wake_done)
+        start = monkey.get_original("_thread", "start_new_thread")
+        for _ in range(queue.slots):  # started now, from the thread making the queue: its priority is theirs
+            start(self._serve, ())
+
+    def ring(self) -> None:
+        """Someone queued: a free thread takes them."""
+        self.bell.put(None)
+
+    def _serve(self) -> None:
+        from setproctitle import setthreadtitle  # requirements/serve.txt's, as gevent is
+
+        setthreadtitle(HASHING_THREAD)
+        while True:
+            self.bell.get()
+            while (waiter := self._next()) is not None:
+                self._hash(waiter)
+
+    def _next(self) -> Waiter | None:
+        queue = self.queue
+        with self.lock:
+            now = queue.clock()
+            if queue.busy >= queue.slots:
+                return None
+            waiter = next_waiter(queue.waiting, now, queue.congested, wake=self._finish)
+            if waiter is not None:
+                waiter.handed, waiter.started = True, now
+                queue.busy += 1
+            if not queue.waiting:
+                queue.last_empty = now
+            return waiter
+
+    def _hash(self, waiter: Waiter) -> None:
+        try:
+            waiter.outcome = _timed(waiter.work)
+        except BaseException as error:
+            waiter.error = error
+        with self.lock:
+            self.queue.busy -= 1
+            if waiter.outcome:
+                self.queue._learn(waiter.outcome[1])
+        self._finish(waiter)
+
+    def _finish(self, waiter: Waiter) -> None:
+        if self.wakeup is None:
+            waiter.given.set()  # a plain thread's event: safe to set from here
+        else:
+            self.done.append(waiter)
+            self.wakeup.send()  # thread-safe: the loop runs _wake_done when it comes round
+
+    def _wake_done(self) -> None:
+        while self.done:
+            self.done.popleft().given.set()
 
 
 def _timed(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
     started = time.monotonic()
     return work(*args), time.monotonic() - started
-
-
-def _in_hashing_thread(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
-    """``work(*args)`` and how long it took, on a pool thread that carries ``HASHING_THREAD`` as its name."""
-    from setproctitle import setthreadtitle  # requirements/serve.txt's, as gevent's pool is
-
-    setthreadtitle(HASHING_THREAD)
-    return _timed(work, *args)
 
 
 def _note_timing(**seconds: float) -> None:
