@@ -19,7 +19,7 @@ from helpers.pages import errors
 from helpers.stored import PASSWORD, add_users
 
 from tools.bench.procfs import thread_cpu_seconds
-from tweepy import passwords
+from tweepy import auth, passwords, throttle
 from tweepy.errors import Busy
 from tweepy.hashing import HASHING_THREAD, HashingQueue, Waiter, next_waiter, retry_after_s
 from tweepy.passwords import REQUEST_START
@@ -98,6 +98,24 @@ def test_a_login_nginx_received_long_ago_gets_a_busy_form_and_no_hash(app, monke
     assert int(response.headers["Retry-After"]) >= 1
     assert "try again in a few seconds" in errors(response)[0]
     assert checked == []
+
+
+def test_a_login_that_would_be_refused_as_busy_counts_no_attempt_and_reads_no_password(app, monkeypatch):
+    """The queue is asked first: a refusal it would give costs the request no throttle writes (counted, then
+    taken back) and no password read, which in a herd of logins is most of what a refused login cost."""
+    add_users(app, "alice")
+    counted, read = [], []
+
+    def note_attempts(attempts):
+        counted.append(attempts)
+        return list(range(len(attempts)))
+
+    monkeypatch.setattr(throttle.writes, "note_attempts", note_attempts)
+    monkeypatch.setattr(auth.queries, "credentials_of", lambda name: read.append(name))
+    client = app.test_client()
+    client.environ_base[REQUEST_START] = f"{time.time() - 60:.3f}"
+    assert Browser(client).login("alice", PASSWORD).status_code == 503
+    assert counted == [] and read == []
 
 
 def test_a_registration_that_cannot_hash_in_time_stores_nothing(app):
@@ -307,3 +325,19 @@ def test_under_gevent_a_hashing_thread_takes_the_next_hash_while_the_event_loop_
     assert seen["results"] == list(range(6))
     assert seen["last_start_s"] < 0.8
     assert seen["busy"] == 0
+
+
+def test_the_refusal_a_hash_would_get_is_known_before_queueing_it():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    assert queue.refusal() is None  # a free slot
+    queue.busy = 1
+    queue.seconds_per_hash = 0.9
+    queue.waiting.extend(waiters(*[clock.now + 3.0] * 2))
+    assert queue.refusal() is None  # third in line, started within its 3 s
+    queue.waiting.extend(waiters(clock.now + 3.0))
+    refusal = queue.refusal()
+    assert isinstance(refusal, Busy) and refusal.retry_after >= 4  # four ahead, 0.9 s each
+    assert len(queue.waiting) == 3  # asking queued nobody
+    queue.waiting.clear()
+    assert isinstance(queue.refusal(received_at=time.time() - 60), Busy)  # its whole wait spent at nginx

@@ -26,7 +26,7 @@ from .errors import Busy, Taken, TooMany
 from .extensions import login_manager
 from .forms import LoginForm, RegisterForm
 from .navigation import go_back
-from .passwords import connection_given_back, hash_password, password_matches
+from .passwords import connection_given_back, hash_password, password_matches, refuse_if_busy
 
 bp = Blueprint("auth", __name__)
 
@@ -95,6 +95,7 @@ def login():
         return render_template("login.html", form=form), 400 if request.method == "POST" else 200
     name = form.name.data
     try:
+        refuse_if_busy()
         attempt = throttle.begin_login(name, throttle.client_address(), devices.known_device(name))
     except TooMany as refusal:
         return refused_form("login.html", form, form.password, refusal)

@@ -113,21 +113,33 @@ class HashingQueue:
         queued = self.busy + len(self.waiting)
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
+    def _refuses(self, now: float, deadline: float) -> bool:
+        """Whether a hash queued now could not start by ``deadline``: with no slot free, the one it can
+        hope for is the next to free while congested (newest first), else its turn."""
+        if self.busy + len(self.waiting) < self.slots and deadline > now:
+            return False
+        ahead = 1 if self.congested else len(self.waiting) + 1
+        return now + ahead * self.seconds_per_hash / self.slots > deadline
+
+    def refusal(self, received_at: float | None = None) -> Busy | None:
+        """The refusal a hash asked for now would get at once, or None: asked before a request does any
+        work that the refusal would waste."""
+        with self.lock:
+            now = self.clock()
+            return self.busy_refusal() if self._refuses(now, now - _waited(received_at) + self.wait_s) else None
+
     def _take(self, deadline: float, work: Callable[[], Any] | None = None) -> Waiter | None:
         """A slot at once (None), or a place in the queue (a Waiter); Busy when it could not start in time.
 
         With hashing threads every request queues (a free thread takes it at once)."""
         with self.lock:
             now = self.clock()
-            free = self.busy + len(self.waiting) < self.slots
             if not self.waiting:
                 self.last_empty = now
-                if free and deadline > now and not self.threads:
+                if self.busy < self.slots and deadline > now and not self.threads:
                     self.busy += 1
                     return None
-            # The slot it can hope for: the next to free while congested (newest first), else its turn.
-            ahead = 1 if self.congested else len(self.waiting) + 1
-            if not (free and deadline > now) and now + ahead * self.seconds_per_hash / self.slots > deadline:
+            if self._refuses(now, deadline):
                 raise self.busy_refusal()
             waiter = Waiter(deadline, work)
             self.waiting.append(waiter)
@@ -172,7 +184,7 @@ class HashingQueue:
         """``work(*args)`` in a hashing slot; Busy if it could not start by ``wait_s`` after ``received_at``
         (nginx's clock, seconds since the epoch; now when not given)."""
         entered = self.clock()
-        waited = max(0.0, time.time() - received_at) if received_at else 0.0
+        waited = _waited(received_at)
         deadline = entered - waited + self.wait_s
         if self.threads:
             waiter = self._take(deadline, functools.partial(work, *args))
@@ -262,6 +274,11 @@ class _HashingThreads:
     def _wake_done(self) -> None:
         while self.done:
             self.done.popleft().given.set()
+
+
+def _waited(received_at: float | None) -> float:
+    """Seconds since nginx received the request (its clock, seconds since the epoch; none when not given)."""
+    return max(0.0, time.time() - received_at) if received_at else 0.0
 
 
 def _timed(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:

@@ -136,6 +136,14 @@ def _put_hashing_first(app: Flask) -> None:
     os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
 
+def refuse_if_busy() -> None:
+    """Busy, at once, when this request's hash could not start in time: before it counts a login attempt
+    or reads a password, which a refusal would waste. The hash itself may still be refused, later."""
+    refusal = _queue(current_app.config).refusal(_received_at())
+    if refusal is not None:
+        raise refusal
+
+
 def _received_at() -> float | None:
     raw = request.environ.get(REQUEST_START) if has_request_context() else None
     try:
