@@ -67,7 +67,7 @@ SETTINGS: tuple[Setting, ...] = (
         "pyca",
         "bcrypt's implementation: 'pyca' (the bcrypt package) or 'libxcrypt' (the system's: same hashes, less CPU)",
     ),
-    Setting("BCRYPT_IN_THREADPOOL", False, "Hash on native threads (gevent's pool) so greenlets keep running"),
+    Setting("BCRYPT_IN_THREADPOOL", False, "Hash on native threads of the process's own so greenlets keep running"),
     Setting("HASHING_SLOTS", 1, "Passwords a process hashes at once (its native threads, with BCRYPT_IN_THREADPOOL)"),
     Setting("HASH_WAIT_S", 3.0, "Longest a login waits for a hashing slot, from when nginx got it; then 503"),
     Setting(
