@@ -101,9 +101,9 @@ class HashingQueue:
         self.waiting: deque[Waiter] = deque()
         self.last_empty = clock()  # the last time nobody waited
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
-        self.threads = _HashingThreads(self) if native_threads else None
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
-        self.lock = self.threads.lock if self.threads else threading.Lock()
+        self.lock = _native_lock() if native_threads else threading.Lock()
+        self.threads = _HashingThreads(self) if native_threads else None
 
     @property
     def congested(self) -> bool:
@@ -215,7 +215,6 @@ class _HashingThreads:
         from gevent import get_hub, monkey
 
         self.queue = queue
-        self.lock = monkey.get_original("_thread", "allocate_lock")()
         self.bell = monkey.get_original("queue", "SimpleQueue")()  # blocks a native thread, never a greenlet
         self.done: deque[Waiter] = deque()  # answered or refused, for the event loop to wake
         self.wakeup = None
@@ -241,10 +240,8 @@ class _HashingThreads:
 
     def _next(self) -> Waiter | None:
         queue = self.queue
-        with self.lock:
+        with queue.lock:
             now = queue.clock()
-            if queue.busy >= queue.slots:
-                return None
             waiter = next_waiter(queue.waiting, now, queue.congested, wake=self._finish)
             if waiter is not None:
                 waiter.handed, waiter.started = True, now
@@ -258,7 +255,7 @@ class _HashingThreads:
             waiter.outcome = _timed(waiter.work)
         except BaseException as error:
             waiter.error = error
-        with self.lock:
+        with self.queue.lock:
             self.queue.busy -= 1
             if waiter.outcome:
                 self.queue._learn(waiter.outcome[1])
@@ -274,6 +271,12 @@ class _HashingThreads:
     def _wake_done(self) -> None:
         while self.done:
             self.done.popleft().given.set()
+
+
+def _native_lock():
+    from gevent import monkey
+
+    return monkey.get_original("_thread", "allocate_lock")()
 
 
 def _waited(received_at: float | None) -> float:
