@@ -13,12 +13,15 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
+import psycopg
 import pytest
 from flask_migrate import downgrade, upgrade
 from helpers.browser import Browser, sign_up
 from helpers.pages import csrf_token, errors, profile_counts, text_of, tweet_ids, tweet_texts, user_names
 from helpers.postgres import fresh_database
+from helpers.services import libpq_url
 from helpers.stored import FAST_BCRYPT, count, follows, tweets_by, user_id
 from sqlalchemy import func, insert, select, text
 
@@ -547,3 +550,43 @@ def test_with_reads_in_autocommit_migrations_and_seeding_still_run_in_transactio
     monkeypatch.undo()
     seed(app, users=30, tweets=200, follows_each=3)
     assert len(seeded_rows(app)["tweets"]) == 200
+
+
+# --- pooled connections the server ended ------------------------------------------------------
+
+
+def pooled_backend(app) -> int:
+    """The server process behind the app's one pooled connection, handed back to the pool."""
+    with app.app_context():
+        pid = db.session.execute(text("SELECT pg_backend_pid()")).scalar()
+        db.session.remove()
+    return pid
+
+
+def test_a_pooled_connection_the_server_ended_is_replaced_without_an_error(make_pg_app, postgres_database):
+    """A restart ends every connection; the next request gets a new one, not a 500."""
+    app = make_pg_app(DB_POOL_SIZE=1, DB_READS_AUTOCOMMIT=True)
+    ended = pooled_backend(app)
+    with psycopg.connect(libpq_url(postgres_database), autocommit=True) as other:
+        assert other.execute("SELECT pg_terminate_backend(%s)", [ended]).fetchone()[0]
+        deadline = time.monotonic() + 10
+        while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [ended]).fetchone():
+            assert time.monotonic() < deadline, "the terminated backend never went away"
+            time.sleep(0.05)
+    alice = sign_up(app, "alice")  # reads and writes on the pool's one connection
+    assert alice.get("/tweets/").status_code == 200
+    assert pooled_backend(app) != ended
+
+
+def test_a_pooled_connection_is_checked_out_without_a_round_trip(make_pg_app, postgres_database):
+    """Checking the socket, not pinging: the server sees no statement between the app's own."""
+    app = make_pg_app(DB_POOL_SIZE=1, DB_READS_AUTOCOMMIT=True)
+    backend = pooled_backend(app)
+    with app.app_context():
+        db.session.execute(text("SELECT 'the last statement'")).scalar()
+        db.session.remove()
+        db.session.connection()  # checked out again, as the next request would
+        with psycopg.connect(libpq_url(postgres_database), autocommit=True) as other:
+            seen = other.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [backend]).fetchone()
+        db.session.remove()
+    assert seen == ("SELECT 'the last statement'",)

@@ -7,17 +7,21 @@ writers; ``synchronous=NORMAL``, which in WAL mode still never corrupts and
 loses at most the last transactions on power loss, not on a process crash;
 a bigger page cache, memory-mapped reads and in-memory temporary tables.
 
-On PostgreSQL with ``DB_READS_AUTOCOMMIT``, connections are in autocommit, so a
-read is one round trip, not BEGIN, the read and ROLLBACK; whatever writes
-begins its own transaction (``begin_writing``).
+On PostgreSQL, a pooled connection is checked for a server that ended it while
+it sat idle (a restart says so and closes the socket) by looking at its socket,
+not by a round trip before every request. With ``DB_READS_AUTOCOMMIT``,
+connections are in autocommit, so a read is one round trip, not BEGIN, the read
+and ROLLBACK; whatever writes begins its own transaction (``begin_writing``).
 """
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
 from flask import Flask, current_app
-from sqlalchemy import event, text
+from gevent.monkey import get_original
+from sqlalchemy import event, exc, text
 from sqlalchemy.engine import Connection, Engine, make_url
 
 from .extensions import db
@@ -39,7 +43,6 @@ def engine_options(config: dict[str, Any]) -> dict[str, Any]:
         "pool_size": config["DB_POOL_SIZE"],
         "max_overflow": config["DB_POOL_OVERFLOW"],
         "pool_timeout": config["DB_POOL_TIMEOUT"],
-        "pool_pre_ping": not is_sqlite(config["DATABASE_URL"]),
     }
     if reads_autocommit(config):
         options["isolation_level"] = "AUTOCOMMIT"
@@ -73,8 +76,31 @@ def pragmas(config: dict[str, Any]) -> list[str]:
     return statements
 
 
+# gevent's monkey-patching makes select.poll wait on its hub; a zero timeout never waits, so the original serves.
+_poll = get_original("select", "poll")
+
+
+def ended_by_the_server(dbapi_connection: Any) -> bool:
+    """Whether the server spoke on a connection idle in the pool: nothing is owed to it there, so
+    anything readable is the last error of a server that ended it (a restart, a terminated backend)
+    or the end of the stream. One system call, where a ping is a round trip."""
+    connection = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+    if connection.closed or connection.broken:
+        return True
+    poller = _poll()
+    poller.register(connection.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def init_app(app: Flask, engine: Engine) -> None:
     if not is_sqlite(app.config["DATABASE_URL"]):
+
+        @event.listens_for(engine, "checkout")
+        def check(dbapi_connection, _record, _proxy) -> None:
+            if ended_by_the_server(dbapi_connection):
+                # The pool discards it and checks out another, connecting afresh if need be.
+                raise exc.DisconnectionError("the server ended this connection while it sat in the pool")
+
         return
     statements = pragmas(app.config)
 
