@@ -71,11 +71,18 @@ def test_the_stages_run_in_turn_each_started_afresh_after_the_host_is_probed(tmp
         (4, 4, 500),
     ]
     readme = (out / "README.md").read_text()
+    assert readme.startswith("# Cold starts of stages 6 and 4 at equal users, interleaved\n")
     assert "Run in the order 6, 4, 6, 4" in readme and "commit abc1234" in readme
     assert (
         "| 2 | 4 | 8 / 9.5 | 2/3: missed (89 failed) met met | 294.7 (235.3-311.0) | 1600 | 1300 | 5.36 "
         "| 44.2% | never |" in readme
     )
+
+
+def test_one_stage_run_again_is_titled_as_its_runs(tmp_path, events):
+    out = tmp_path / "out"
+    assert cold_ab.main(["--stages", "6", "--users", "560", "--repeat", "3", "--out", str(out)]) == 0
+    assert (out / "README.md").read_text().startswith("# Cold starts of stage 6, 3 runs at 560 users\n")
 
 
 def test_a_quick_run_stays_out_of_results(tmp_path, events):

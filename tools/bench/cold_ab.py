@@ -71,9 +71,14 @@ def main(argv: list[str] | None = None) -> int:
 def readme(runs: list[dict], about: dict) -> str:
     plan, host = about["plan"], about["machine"]
     order = ", ".join(str(run["stage"]) for run in runs)
+    measured = list(dict.fromkeys(str(run["stage"]) for run in runs))
+    title = (
+        f"# Cold starts of stage {measured[0]}, {len(runs)} runs at {runs[0]['users']} users"
+        if len(measured) == 1
+        else f"# Cold starts of stages {' and '.join(measured)} at equal users, interleaved"
+    )
     lines = [
-        f"# Cold starts of stages {' and '.join(dict.fromkeys(str(r['stage']) for r in runs))} at equal users, "
-        "interleaved",
+        title,
         "",
         f"{host['cores']} cores ({host['cpu']}), {host['memory_gib']} GiB, bcrypt cost {plan.bcrypt_cost}, "
         f"commit {about['commit']}, {about['date']}; {plan.users:,} users and {plan.tweets:,} tweets seeded.",
