@@ -85,6 +85,13 @@ def test_one_stage_run_again_is_titled_as_its_runs(tmp_path, events):
     assert (out / "README.md").read_text().startswith("# Cold starts of stage 6, 3 runs at 560 users\n")
 
 
+def test_a_run_behind_a_network_delay_says_so(tmp_path, events, monkeypatch):
+    monkeypatch.setenv("TWEEPY_BENCH_NETWORK_DELAY_MS", "1")
+    out = tmp_path / "out"
+    assert cold_ab.main(["--stages", "7", "--users", "250", "--repeat", "1", "--out", str(out)]) == 0
+    assert "1 ms of network each way to PostgreSQL and Redis" in (out / "README.md").read_text()
+
+
 def test_a_quick_run_stays_out_of_results(tmp_path, events):
     assert cold_ab.main(["--stages", "6", "--users", "10", "--repeat", "1", "--quick"]) == 0
     assert (tmp_path / "work" / "quick-cold" / "README.md").exists()

@@ -72,8 +72,9 @@ def readme(runs: list[dict], about: dict) -> str:
     plan, host = about["plan"], about["machine"]
     order = ", ".join(str(run["stage"]) for run in runs)
     measured = list(dict.fromkeys(str(run["stage"]) for run in runs))
+    times = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
     title = (
-        f"# Cold starts of stage {measured[0]}, {len(runs)} runs at {runs[0]['users']} users"
+        f"# Cold starts of stage {measured[0]}, {times} at {runs[0]['users']} users"
         if len(measured) == 1
         else f"# Cold starts of stages {' and '.join(measured)} at equal users, interleaved"
     )
@@ -82,7 +83,7 @@ def readme(runs: list[dict], about: dict) -> str:
         "",
         f"{host['cores']} cores ({host['cpu']}), {host['memory_gib']} GiB, bcrypt cost {plan.bcrypt_cost}, "
         f"commit {about['commit']}, {about['date']}; {plan.users:,} users and {plan.tweets:,} tweets seeded.",
-        f"Each run: the stage started afresh (empty caches), {runs[0]['users']} users arriving at "
+        f"Each run: the stage started afresh (empty caches){network_of(plan)}, {runs[0]['users']} users arriving at "
         f"{plan.cold_rate:g} a second, {plan.cold_windows} window{'s' if plan.cold_windows != 1 else ''} of "
         f"{plan.window_s:g} s once all had logged in, each judged by the bar, then a herd of "
         f"{round(plan.herd * runs[0]['users']):,} users for a window and the load back. Run in the "
@@ -94,6 +95,14 @@ def readme(runs: list[dict], about: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def network_of(plan) -> str:
+    """The delay the bench put between the app nodes and their database and cache, if any."""
+    if not plan.network_delay_ms:
+        return ""
+    delay = f"{plan.network_delay_ms:g} ms"
+    return f", {delay} of network each way to PostgreSQL and Redis (`TWEEPY_BENCH_NETWORK_DELAY_MS`)"
 
 
 def table(runs: list[dict]) -> list[str]:
