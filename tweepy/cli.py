@@ -76,16 +76,15 @@ def _move_id_sequence_past_seeded_users(connection: Connection) -> None:
         )
 
 
-def _analyze_seeded_tables() -> None:
-    """On PostgreSQL, gather the planner's statistics for what was just loaded.
+def _analyze_seeded_tables(connection: Connection) -> None:
+    """On PostgreSQL, gather the planner's statistics for what was just loaded (in the seed's own
+    transaction, whose rows ANALYZE counts).
 
     Until a table is analyzed its planner guesses its size and spread, and autovacuum (which may be
     off) would do it only later: the first requests after a seed would be planned on those guesses.
     """
-    if db.engine.dialect.name == "postgresql":
-        with db.engine.connect() as connection:
-            connection.execute(text("ANALYZE users, tweets, follows"))
-            connection.commit()
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("ANALYZE users, tweets, follows"))
 
 
 @click.command("seed")
@@ -141,8 +140,8 @@ def seed_command(users: int, tweets: int, follows: int, rng_seed: int, if_empty:
 
     _insert_rows(connection, Follow, ("follower_id", "followed_id"), follow_rows())
     _move_id_sequence_past_seeded_users(connection)
+    _analyze_seeded_tables(connection)
     db.session.commit()
-    _analyze_seeded_tables()
     click.echo(
         f"seeded {users} users, {tweets} tweets, {follows} follows each "
         f"(password {SEED_PASSWORD!r}, bcrypt cost {cost}) in {time.perf_counter() - started:.1f}s"
