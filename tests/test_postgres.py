@@ -23,7 +23,7 @@ from helpers.pages import csrf_token, errors, profile_counts, text_of, tweet_ids
 from helpers.postgres import fresh_database
 from helpers.services import libpq_url
 from helpers.stored import FAST_BCRYPT, count, follows, tweets_by, user_id
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import event, func, insert, select, text
 
 from tweepy import create_app
 from tweepy.extensions import db
@@ -508,6 +508,31 @@ def test_writers_of_the_invalidation_log_commit_in_id_order_on_postgresql(make_p
     with app.app_context():
         keys = db.session.execute(text("SELECT key FROM cache_invalidations ORDER BY id")).scalars().all()
     assert keys == ["newest_tweets_by:1", "newest_tweets_by:2"]
+
+
+def statements_sent(app) -> list[str]:
+    """The first word of every statement the app sends PostgreSQL from now on, and COMMIT for each commit:
+    each is a round trip, the cost a write pays beside SQLite's."""
+    sent = []
+    with app.app_context():
+        engine = db.engine
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: sent.append(statement.split()[0]))
+    event.listen(engine, "commit", lambda _connection: sent.append("COMMIT"))
+    return sent
+
+
+def test_a_tweet_logs_its_key_and_takes_its_turn_in_one_statement(make_pg_app):
+    from tweepy import writes
+
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True)
+    with app.app_context():
+        author = writes.register("alice", "alice@example.com", "not-a-real-hash")
+        sent = statements_sent(app)
+        writes.post_tweet(author.id, "hello")
+        assert sent == ["BEGIN", "INSERT", "INSERT", "COMMIT"]  # the tweet, the log with the writers' lock
+        assert db.session.scalars(text("SELECT key FROM cache_invalidations ORDER BY id")).all()[-1] == (
+            f"newest_tweets_by:{author.id}"
+        )
 
 
 # --- reads in autocommit (DB_READS_AUTOCOMMIT) ------------------------------------------------

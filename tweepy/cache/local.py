@@ -40,6 +40,12 @@ EVICTIONS_REMEMBERED = 100_000
 # process the second after each write anywhere.
 LOG = CacheInvalidation.__table__
 LOG_KEYS = insert(LOG).returning(LOG.c.id)
+# PostgreSQL's, in one round trip: every row joins the writers' lock, so it is taken before any id is
+# drawn, and held until the transaction ends.
+LOG_KEYS_IN_TURN = text(
+    "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
+    " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key RETURNING id"
+)
 LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
 # Which kept results each entry's eviction ends (``derived_from_keys``), at about 50 bytes a pair; past
 # this many pairs, every such result is dropped and they start afresh.
@@ -246,8 +252,10 @@ class LocalCache:
             # sync() reads the log by id and assumes ids commit in order, as SQLite's single writer
             # guarantees. On PostgreSQL two writers could commit out of order and a process that
             # synced in between would skip the earlier id for good: writers of the log take turns.
-            db.session.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": LOG_WRITERS_LOCK})
-        result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
+            turn = {"lock": LOG_WRITERS_LOCK, "keys": list(keys), "created": utcnow()}
+            result = db.session.execute(LOG_KEYS_IN_TURN, turn)
+        else:
+            result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
         ids = sorted(result.scalars())
         # Prune whenever this write's ids cross a multiple of PRUNE_EVERY, however many it logged.
         if ids[-1] // PRUNE_EVERY != (ids[0] - 1) // PRUNE_EVERY:
