@@ -535,6 +535,17 @@ def test_a_tweet_logs_its_key_and_takes_its_turn_in_one_statement(make_pg_app):
         )
 
 
+def test_a_registration_reads_nothing_back_once_committed(make_pg_app):
+    from tweepy import writes
+
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True)
+    sent = statements_sent(app)
+    with app.app_context():
+        account = writes.register("alice", "alice@example.com", "not-a-real-hash")
+    assert sent[-1] == "COMMIT", sent
+    assert account.name == "alice" and account.id == user_id(app, "alice")
+
+
 # --- reads in autocommit (DB_READS_AUTOCOMMIT) ------------------------------------------------
 
 

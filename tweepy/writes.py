@@ -61,11 +61,13 @@ def register(name: str, email: str, password_hash: str) -> queries.Account:
             user = User(name=name, email=email.lower(), password_hash=password_hash)
             db.session.add(user)
             db.session.flush()
+            # Taken before the commit, which expires the object: read after it, they would cost a query.
+            account = queries.Account(user.id, user.name)
             forget(queries.user_named.key(name), queries.users_page.key(queries.users_page_listing(user.id)))
     except IntegrityError:
         # Someone took the name or the email between the form's check and now.
         raise Taken("email" if queries.email_taken(email) else "name") from None
-    return queries.Account(user.id, user.name)
+    return account
 
 
 def note_attempts(attempts: list[tuple[str, str]]) -> list[int]:
