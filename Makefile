@@ -23,7 +23,7 @@ help:
 	@echo "                     FOLDERS makes one ladder of the parts, each stage a ratio to its own part's control)"
 	@echo "make cold STAGES=\"6 4\" USERS=500     cold starts and herds of the stages at equal users, interleaved"
 	@echo "                     (REPEAT=2 turns): results/<run>-cold-ab-<stages>/; QUICK=1 a smoke run into var/bench/"
-	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=)"
+	@echo "make profile STAGE=N a py-spy flame graph and CPU a request of stage N under load (USERS=, SECONDS=, PART=)"
 	@echo "make mix STAGE=N     the protocol's requests that do not hash, in one process: CPU a request, by type (PROFILE=1)"
 	@echo "make explain STAGE=N how stage N's database runs each read the pages make (EXPLAIN, timings)"
 	@echo "make soak            the default stage under the protocol for minutes, memory sampled (USERS=, MINUTES=)"
@@ -70,7 +70,7 @@ test: lint
 	@$(PY) -m pytest
 
 profile: $(VENV)/.installed-bench
-	@$(PY) -m tools.profile $(STAGE) $(if $(USERS),--users $(USERS)) $(if $(SECONDS),--seconds $(SECONDS))
+	@$(PY) -m tools.profile $(STAGE) $(if $(PART),--part $(PART)) $(if $(USERS),--users $(USERS)) $(if $(SECONDS),--seconds $(SECONDS))
 
 mix: $(VENV)/.installed-run
 	@$(PY) -m tools.mix $(STAGE) $(if $(PROFILE),--profile)

@@ -349,6 +349,40 @@ def test_profile_and_soak_serve_the_stage_as_the_bench_does(monkeypatch, tmp_pat
     assert served == [(7, tmp_path / "seed.sqlite3")]
 
 
+def test_a_profile_of_a_part_serves_that_part_and_shows_the_cpu_of_each_tier(monkeypatch, tmp_path):
+    from tools import profile
+
+    served = []
+
+    @contextlib.contextmanager
+    def as_the_bench(plan, stage, master):
+        served.append((stage.number, stage.part, stage.app_setting("CACHE")))
+        raise Served
+        yield
+
+    monkeypatch.setattr(serving, "served", as_the_bench)
+    monkeypatch.setattr(serving, "seeded_master", lambda plan: tmp_path / "seed.sqlite3")
+    monkeypatch.setattr(machine, "bcrypt_bound", lambda cost, seconds: {"hashes_per_s": 8.0})
+    with pytest.raises(Served):
+        profile.profile(7, 300, 60.0, tmp_path / "out", part="stores")
+    assert served == [(7, "stores", "redis")]
+
+    result = {
+        "stage": 7, "part": "stores", "commit": "abc1234", "users": 700, "seconds": 150.0, "bcrypt_cost": 12,
+        "rps": 360.0, "data": {"users": 10_000, "tweets": 1_000_000}, "failures": 0, "requests": 50_000,
+        "window": {"requests": 10_000, "seconds": 28.0, "hashes": 100}, "server_cpu_ms_per_request": 4.3,
+        "bcrypt_ms_per_request": 2.4, "cpu_ms_per_hash": 240.0, "non_bcrypt_cpu_ms_per_request": 1.9,
+        "tier_cpu_ms_per_request": {"front": 0.16, "app": 3.95, "postgresql": 0.15, "redis": 0.05},
+        "p95_ms": {"all": "900"},
+    }  # fmt: skip
+    text = profile.summary(result, stages.get_stage(7, "stores"), "top")
+    assert text.startswith("# Profile of stage 7 scale-out, stores")
+    assert "By tier, ms a request: front 0.16, app 3.95, postgresql 0.15, redis 0.05." in text
+    # One machine's tiers, nginx and the app, need no line of their own.
+    result["tier_cpu_ms_per_request"] = {"front": 0.15, "app": 3.4}
+    assert "By tier" not in profile.summary(result, stages.get_stage(6), "top")
+
+
 def test_a_profile_samples_every_app_server_and_not_nginx_and_draws_the_first_while_it_works(tmp_path):
     from tools import profile
 

@@ -2,12 +2,13 @@
 
     python -m tools.profile 6                          200 users for 60 s, the bench's data
     python -m tools.profile 6 --users 300 --seconds 90
+    python -m tools.profile 7 --part stores             one part of a step (stages/N-name/part-<name>.env)
 
 The stage is served as ``make bench`` serves it (its own database, PostgreSQL where it uses it, seeded
 with the bench's data, ``TWEEPY_BENCH_USERS`` and the rest; empty caches under a fresh key prefix),
 locust runs the protocol, and once every user has logged in py-spy
 samples every worker of every node for the second half of the run. Written to
-``results/profiles/<date>-stage<N>/``: ``flame.svg`` (py-spy's flame graph of the first node, over those
+``results/profiles/<date>-stage<N>[-<part>]/``: ``flame.svg`` (py-spy's flame graph of the first node, over those
 seconds), ``top.txt`` (the functions that took the CPU outside bcrypt on every node, and how many samples
 hashed or idled) and ``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the
 probe's cost, and hashing threads' own CPU where there are any; and the locust figures).
@@ -29,6 +30,7 @@ from pathlib import Path
 from tools import stages
 from tools.bench import machine, serving
 from tools.bench.figures import cpu_ms_per_hash
+from tools.bench.measure import tiers_of
 from tools.bench.plan import make_plan
 from tools.bench.procfs import cpu_seconds, process_tree, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN_KEY, LOG_IN, REGISTER
@@ -148,9 +150,9 @@ def locust_figures(csv_prefix: Path) -> dict:
     }
 
 
-def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
+def profile(stage_number: int, users: int, seconds: float, out: Path, part: str | None = None) -> dict:
     plan = make_plan([stage_number], quick=False, environ=os.environ)
-    stage = stages.get_stage(stage_number)
+    stage = stages.get_stage(stage_number, part)
     out.mkdir(parents=True, exist_ok=True)
     machine.say(f"bcrypt at cost {plan.bcrypt_cost}: probing the CPU a hash costs")
     bound = machine.bcrypt_bound(plan.bcrypt_cost, plan.bcrypt_probe_s)
@@ -159,7 +161,7 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     commit = machine.git_commit()  # what the servers load now, whatever the tree holds when the run ends
     # As the bench serves it: its own database (PostgreSQL for a stage that uses it), a fresh cache prefix.
     with serving.served(plan, stage, serving.seeded_master(plan)) as (running, _):
-        roots = [process.pid for _, process in running.children]
+        tiers = tiers_of(running)  # nginx, the app nodes, and PostgreSQL and Redis where the stage uses them
         command = [
             str(stages.BIN / "locust"), "-f", "locustfile.py", "--headless", "-H", running.url.rstrip("/"),
             "-u", str(users), "-r", str(rate), "--run-time", f"{int(ramp + seconds)}s",
@@ -170,14 +172,14 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
         with open(out / "locust.log", "wb") as log:
             locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(ramp + seconds / 2)
-            servers = process_tree(roots)
-            cpu_before, threads_before = cpu_seconds(servers), thread_cpu_seconds(servers, HASHING_THREAD)
+            tiers_before = {name: cpu_seconds(process_tree(pids)) for name, pids in tiers.items()}
+            threads_before = thread_cpu_seconds(process_tree(tiers["app"]), HASHING_THREAD)
             sampled, sampled_at = time.monotonic(), time.time()
             apps = app_servers(running.children)
             record_stacks(apps, int(seconds / 2) - 2, out / "profile.raw", flame=out / "flame.svg")
-            servers = process_tree(roots)
-            cpu_window = cpu_seconds(servers) - cpu_before
-            threads_window = thread_cpu_seconds(servers, HASHING_THREAD) - threads_before
+            tiers_window = {name: cpu_seconds(process_tree(pids)) - tiers_before[name] for name, pids in tiers.items()}
+            cpu_window = sum(tiers_window.values())
+            threads_window = thread_cpu_seconds(process_tree(tiers["app"]), HASHING_THREAD) - threads_before
             window_s, window_end = time.monotonic() - sampled, time.time()
             locust.wait(timeout=seconds + 60)
     figures = locust_figures(out / "locust")
@@ -191,12 +193,14 @@ def profile(stage_number: int, users: int, seconds: float, out: Path) -> dict:
     hashes_per_request = window["hashes"] / max(window["requests"], 1)
     result = {
         "stage": stage_number,
+        "part": stage.part,
         "commit": commit,
         "users": users,
         "seconds": run_s,
         "bcrypt_cost": plan.bcrypt_cost,
         "data": {"users": plan.users, "tweets": plan.tweets, "follows": plan.follows},
         "server_cpu_ms_per_request": round(per_request_ms, 2),
+        "tier_cpu_ms_per_request": {name: round(cpu * ms_a_request, 3) for name, cpu in tiers_window.items()},
         "bcrypt_ms_per_request": round(hashes_per_request * hash_ms, 2),
         "non_bcrypt_cpu_ms_per_request": round(per_request_ms - hashes_per_request * hash_ms, 2),
         "cpu_ms_per_hash": hash_ms,
@@ -222,19 +226,21 @@ def summary(result: dict, stage: stages.Stage, top: str) -> str:
     data = result["data"]
     return "\n".join(
         [
-            f"# Profile of stage {result['stage']} ({stage.name})",
+            f"# Profile of stage {stage.label}",
             "",
             f"{m['cores']} cores ({m['cpu']}); locust on the same machine; {result['users']} users for "
             f"{result['seconds']:.0f} s; bcrypt cost {result['bcrypt_cost']}; {data['users']:,} users and "
             f"{data['tweets']:,} tweets seeded; commit {result['commit']}.",
             "",
             f"- {result['rps']:.1f} requests/s over the run, {result['failures']} failed of {result['requests']}.",
-            f"- Server CPU (nginx and every uWSGI process, or run.py) while profiled "
+            f"- Server CPU (nginx, every uWSGI process or run.py, and PostgreSQL and Redis where the stage "
+            f"uses them) while profiled "
             f"({result['window']['requests']} requests in {result['window']['seconds']:g} s): "
             f"**{result['server_cpu_ms_per_request']} ms a request**, of which bcrypt "
             f"{result['bcrypt_ms_per_request']} ms ({result['window']['hashes']} hashes at "
             f"{result['cpu_ms_per_hash']} ms) and everything else **{result['non_bcrypt_cpu_ms_per_request']} ms**.",
             *threads_line(result),
+            *tiers_line(result),
             f"- p95 ms: {json.dumps(result['p95_ms'])}",
             "",
             "![flame graph](flame.svg)",
@@ -245,6 +251,14 @@ def summary(result: dict, stage: stages.Stage, top: str) -> str:
             "",
         ]
     )
+
+
+def tiers_line(result: dict) -> list[str]:
+    """The server's CPU a request, tier by tier, where it has more tiers than nginx and the app."""
+    tiers = result.get("tier_cpu_ms_per_request") or {}
+    if len(tiers) <= 2:
+        return []
+    return ["- By tier, ms a request: " + ", ".join(f"{name} {ms:g}" for name, ms in tiers.items()) + "."]
 
 
 def threads_line(result: dict) -> list[str]:
@@ -263,14 +277,16 @@ def threads_line(result: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.profile", description=__doc__.split("\n")[0])
     parser.add_argument("stage", type=int)
+    parser.add_argument("--part", help="one part of the step: stages/N-name/part-<part>.env")
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--out", type=Path, help="default: results/profiles/<date>-stage<N>/")
+    parser.add_argument("--out", type=Path, help="default: results/profiles/<date>-stage<N>[-<part>]/")
     args = parser.parse_args(argv)
-    out = args.out or RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-stage{args.stage}"
-    result = profile(args.stage, args.users, args.seconds, out)
+    stage = stages.get_stage(args.stage, args.part)
+    out = args.out or RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-stage{stage.slug}"
+    result = profile(args.stage, args.users, args.seconds, out, args.part)
     machine.say(
-        f"stage {args.stage}: {result['server_cpu_ms_per_request']} ms of server CPU a request, "
+        f"stage {stage.label}: {result['server_cpu_ms_per_request']} ms of server CPU a request, "
         f"{result['non_bcrypt_cpu_ms_per_request']} ms outside bcrypt"
         + (
             f" ({result['outside_hashing_threads_cpu_ms_per_request']} outside the hashing threads)"
