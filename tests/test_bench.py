@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from tools import stages
 from tools.bench import charts, deployment, figures, machine, measure, plan, publishing, report, runs, serving, tables
+from tools.bench.procfs import run_and_wait_seconds
 from tools.protocol import (
     AGGREGATED,
     FIRST_LOGIN_KEY,
@@ -373,14 +375,27 @@ def test_a_profile_of_a_part_serves_that_part_and_shows_the_cpu_of_each_tier(mon
         "window": {"requests": 10_000, "seconds": 28.0, "hashes": 100}, "server_cpu_ms_per_request": 4.3,
         "bcrypt_ms_per_request": 2.4, "cpu_ms_per_hash": 240.0, "non_bcrypt_cpu_ms_per_request": 1.9,
         "tier_cpu_ms_per_request": {"front": 0.16, "app": 3.95, "postgresql": 0.15, "redis": 0.05},
+        "app_threads_outside_hashing_s": {"on_a_core": 11.1, "waiting_for_one": 10.5},
         "p95_ms": {"all": "900"},
     }  # fmt: skip
     text = profile.summary(result, stages.get_stage(7, "stores"), "top")
     assert text.startswith("# Profile of stage 7 scale-out, stores")
     assert "By tier, ms a request: front 0.16, app 3.95, postgresql 0.15, redis 0.05." in text
+    assert "threads outside hashing were on a core 11.1 s and waited for one 10.5 s" in text
     # One machine's tiers, nginx and the app, need no line of their own.
     result["tier_cpu_ms_per_request"] = {"front": 0.15, "app": 3.4}
     assert "By tier" not in profile.summary(result, stages.get_stage(6), "top")
+
+
+def test_the_time_threads_ran_and_waited_for_a_core_is_read_for_all_but_the_named_threads():
+    me = [os.getpid()]
+    before = run_and_wait_seconds(me, but_not="no such thread")
+    sum(range(3_000_000))
+    after = run_and_wait_seconds(me, but_not="no such thread")
+    assert after[0] > before[0] and after[1] >= before[1]
+    this_thread = Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().rstrip("\n")
+    without_it = run_and_wait_seconds(me, but_not=this_thread)
+    assert without_it[0] < after[0]
 
 
 def test_a_profile_samples_every_app_server_and_not_nginx_and_draws_the_first_while_it_works(tmp_path):

@@ -83,6 +83,26 @@ def thread_cpu_seconds(pids: list[int], name: str) -> float:
     return ticks / CLOCK_TICKS
 
 
+def run_and_wait_seconds(pids: list[int], but_not: str) -> tuple[float, float]:
+    """Seconds the threads of these processes not called ``but_not`` spent on a core, and runnable but
+    waiting for one (the scheduler's own counts, /proc/<pid>/task/<tid>/schedstat)."""
+    on_core = waiting = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n") == but_not:
+                    continue
+                ran, waited, _ = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+            except (OSError, ValueError):
+                continue
+            on_core, waiting = on_core + int(ran), waiting + int(waited)
+    return on_core / 1e9, waiting / 1e9
+
+
 def memory_mb(pids: list[int]) -> float:
     """Proportional set size: shared pages are split between the processes sharing them."""
     total_kb = 0
