@@ -4,6 +4,7 @@ generator's own. No locust here, so the bench and the load shape share it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -64,22 +65,32 @@ def minor_faults(pids: list[int]) -> int:
     return faults
 
 
-def thread_cpu_seconds(pids: list[int], name: str) -> float:
-    """User + system CPU of the threads of these processes that call themselves ``name`` (their comm)."""
-    ticks = 0
+def _threads(pids: list[int]) -> Iterator[tuple[str, str]]:
+    """Each thread of these processes: its folder under /proc, and what it calls itself (its comm)."""
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
         for tid in tids:
+            folder = f"/proc/{pid}/task/{tid}"
             try:
-                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n") != name:
-                    continue
-                fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+                yield folder, Path(f"{folder}/comm").read_text().rstrip("\n")
             except OSError:
                 continue
-            ticks += int(fields[11]) + int(fields[12])  # utime stime
+
+
+def thread_cpu_seconds(pids: list[int], name: str) -> float:
+    """User + system CPU of the threads of these processes that call themselves ``name`` (their comm)."""
+    ticks = 0
+    for folder, comm in _threads(pids):
+        if comm != name:
+            continue
+        try:
+            fields = _stat_fields(f"{folder}/stat")
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime stime
     return ticks / CLOCK_TICKS
 
 
@@ -87,19 +98,14 @@ def run_and_wait_seconds(pids: list[int], but_not: str) -> tuple[float, float]:
     """Seconds the threads of these processes not called ``but_not`` spent on a core, and runnable but
     waiting for one (the scheduler's own counts, /proc/<pid>/task/<tid>/schedstat)."""
     on_core = waiting = 0
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+    for folder, comm in _threads(pids):
+        if comm == but_not:
             continue
-        for tid in tids:
-            try:
-                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n") == but_not:
-                    continue
-                ran, waited, _ = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
-            except (OSError, ValueError):
-                continue
-            on_core, waiting = on_core + int(ran), waiting + int(waited)
+        try:
+            ran, waited, _ = Path(f"{folder}/schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        on_core, waiting = on_core + int(ran), waiting + int(waited)
     return on_core / 1e9, waiting / 1e9
 
 
