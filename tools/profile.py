@@ -11,7 +11,8 @@ samples every worker of every node for the second half of the run. Written to
 ``results/profiles/<date>-stage<N>[-<part>]/``: ``flame.svg`` (py-spy's flame graph of the first node, over those
 seconds), ``top.txt`` (the functions that took the CPU outside bcrypt on every node, and how many samples
 hashed or idled) and ``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the
-probe's cost, and hashing threads' own CPU where there are any; and the locust figures).
+probe's cost, and hashing threads' own CPU where there are any; tier by tier; how long the app's other
+threads ran and waited for a core, which py-spy's busy samples both count; and the locust figures).
 """
 
 from __future__ import annotations
