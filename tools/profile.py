@@ -174,15 +174,17 @@ def profile(stage_number: int, users: int, seconds: float, out: Path, part: str 
             locust = subprocess.Popen(command, cwd=stages.ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(ramp + seconds / 2)
             tiers_before = {name: cpu_seconds(process_tree(pids)) for name, pids in tiers.items()}
-            threads_before = thread_cpu_seconds(process_tree(tiers["app"]), HASHING_THREAD)
-            pages_before = run_and_wait_seconds(process_tree(tiers["app"]), but_not=HASHING_THREAD)
+            app = process_tree(tiers["app"])
+            threads_before = thread_cpu_seconds(app, HASHING_THREAD)
+            pages_before = run_and_wait_seconds(app, but_not=HASHING_THREAD)
             sampled, sampled_at = time.monotonic(), time.time()
             apps = app_servers(running.children)
             record_stacks(apps, int(seconds / 2) - 2, out / "profile.raw", flame=out / "flame.svg")
             tiers_window = {name: cpu_seconds(process_tree(pids)) - tiers_before[name] for name, pids in tiers.items()}
             cpu_window = sum(tiers_window.values())
-            threads_window = thread_cpu_seconds(process_tree(tiers["app"]), HASHING_THREAD) - threads_before
-            pages_after = run_and_wait_seconds(process_tree(tiers["app"]), but_not=HASHING_THREAD)
+            app = process_tree(tiers["app"])
+            threads_window = thread_cpu_seconds(app, HASHING_THREAD) - threads_before
+            pages_after = run_and_wait_seconds(app, but_not=HASHING_THREAD)
             window_s, window_end = time.monotonic() - sampled, time.time()
             locust.wait(timeout=seconds + 60)
     figures = locust_figures(out / "locust")
