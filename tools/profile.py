@@ -4,15 +4,13 @@
     python -m tools.profile 6 --users 300 --seconds 90
     python -m tools.profile 7 --part stores             one part of a step (stages/N-name/part-<name>.env)
 
-The stage is served as ``make bench`` serves it (its own database, PostgreSQL where it uses it, seeded
-with the bench's data, ``TWEEPY_BENCH_USERS`` and the rest; empty caches under a fresh key prefix),
-locust runs the protocol, and once every user has logged in py-spy
-samples every worker of every node for the second half of the run. Written to
-``results/profiles/<date>-stage<N>[-<part>]/``: ``flame.svg`` (py-spy's flame graph of the first node, over those
-seconds), ``top.txt`` (the functions that took the CPU outside bcrypt on every node, and how many samples
-hashed or idled) and ``summary.md`` (the server's CPU a request, bcrypt apart: the window's hashes at the
-probe's cost, and hashing threads' own CPU where there are any; tier by tier; how long the app's other
-threads ran and waited for a core, which py-spy's busy samples both count; and the locust figures).
+The stage is served as ``make bench`` serves it (its own seeded database, empty caches), locust runs
+the protocol, and once every user has logged in py-spy samples every worker of every node for the
+second half of the run. Written to ``results/profiles/<date>-stage<N>[-<part>]/``: ``flame.svg``
+(the first node's flame graph), ``top.txt`` (the functions that took the CPU outside bcrypt on every
+node, and how many samples hashed or idled) and ``summary.md`` (the server's CPU a request, bcrypt
+apart and tier by tier; how long the app's other threads ran and waited for a core, both of which
+py-spy counts as busy; and the locust figures).
 """
 
 from __future__ import annotations
