@@ -15,7 +15,7 @@ import inspect
 from pathlib import Path
 
 import pytest
-from helpers.invalidation import QUICK, InvalidationWorld, possible_args
+from helpers.invalidation import FORGETS_NOTHING, QUICK, InvalidationWorld, possible_args
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -26,8 +26,9 @@ def test_no_write_leaves_a_stale_entry_in_the_cache():
     run_state_machine_as_test(InvalidationWorld, settings=QUICK)
 
 
-def test_a_write_that_forgets_nothing_is_caught(monkeypatch):
-    monkeypatch.setattr(writes, "forget", lambda *keys: None)
+@pytest.mark.parametrize("mutant", ["forget", "change"])
+def test_a_write_that_forgets_nothing_is_caught(monkeypatch, mutant):
+    monkeypatch.setattr(writes, mutant, FORGETS_NOTHING[mutant])
     with pytest.raises(AssertionError, match="is stale"):
         run_state_machine_as_test(InvalidationWorld, settings=settings(QUICK, phases=[Phase.generate]))
 
@@ -54,23 +55,39 @@ def test_every_write_is_exercised():
     assert public_writes == rules
 
 
+def keys_given(call: ast.Call) -> list[ast.expr]:
+    """What a call in writes.py gives as keys: forget's arguments, change's ``forgets``, a Patch's key."""
+    name = getattr(call.func, "id", None)
+    if name == "forget":
+        return call.args
+    if name == "change":
+        return [key for kw in call.keywords if kw.arg == "forgets" for key in kw.value.elts]
+    if name == "Patch":
+        return call.args[:1]
+    return []
+
+
 def test_writes_forget_only_keys_named_by_cached_reads():
-    """Every forget() in writes.py is given ``queries.<cached read>.key(...)``, nothing spelled by hand."""
+    """Every key writes.py forgets is ``queries.<cached read>.key(...)``, nothing spelled by hand."""
     tree = ast.parse(Path(writes.__file__).read_text())
-    forgets = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "forget"]
-    assert forgets, "writes.py forgets nothing?"
-    for call in forgets:
-        for argument in call.args:
-            assert isinstance(argument, ast.Call) and isinstance(argument.func, ast.Attribute), ast.unparse(argument)
-            assert argument.func.attr == "key", ast.unparse(argument)
-            read = argument.func.value
-            assert isinstance(read, ast.Attribute) and getattr(read.value, "id", None) == "queries"
-            assert isinstance(getattr(queries, read.attr), cache.CachedRead), f"queries.{read.attr} is not cached"
+    keys = [key for call in ast.walk(tree) if isinstance(call, ast.Call) for key in keys_given(call)]
+    assert len(keys) >= 5, "writes.py forgets next to nothing?"
+    for key in keys:
+        assert isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute), ast.unparse(key)
+        assert key.func.attr == "key", ast.unparse(key)
+        read = key.func.value
+        assert isinstance(read, ast.Attribute) and getattr(read.value, "id", None) == "queries"
+        assert isinstance(getattr(queries, read.attr), cache.CachedRead), f"queries.{read.attr} is not cached"
 
 
 def test_forget_refuses_a_key_spelled_by_hand(app):
     with app.app_context(), pytest.raises(TypeError, match="made by a cached read"):
         cache.forget("newest_tweets_by:1")
+
+
+def test_change_refuses_a_key_spelled_by_hand(app):
+    with app.app_context(), pytest.raises(TypeError, match="made by a cached read"):
+        cache.change(writes.GONE_FOLLOW, {"follower_id": 1, "followed_id": 2}, forgets=("following:1",))
 
 
 def test_a_key_is_named_by_its_read_in_canonical_form():

@@ -24,6 +24,7 @@ from helpers.postgres import fresh_database
 from helpers.services import libpq_url
 from helpers.stored import FAST_BCRYPT, count, follows, tweets_by, user_id
 from sqlalchemy import event, func, insert, select, text
+from sqlalchemy.exc import IntegrityError
 
 from tweepy import create_app
 from tweepy.extensions import db
@@ -521,18 +522,91 @@ def statements_sent(app) -> list[str]:
     return sent
 
 
-def test_a_tweet_logs_its_key_and_takes_its_turn_in_one_statement(make_pg_app):
+def logged_keys() -> list[str]:
+    return db.session.scalars(text("SELECT key FROM cache_invalidations ORDER BY id")).all()
+
+
+@pytest.mark.parametrize(
+    ("settings", "sent_for_a_tweet"),
+    [({}, ["BEGIN", "INSERT", "INSERT", "COMMIT"]), ({"DB_ONE_STATEMENT_WRITES": True}, ["WITH"])],
+    ids=["in a transaction", "in one statement"],
+)
+def test_a_tweet_logs_its_key_and_takes_its_turn(make_pg_app, settings, sent_for_a_tweet):
     from tweepy import writes
 
-    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True)
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True, **settings)
     with app.app_context():
         author = writes.register("alice", "alice@example.com", "not-a-real-hash")
         sent = statements_sent(app)
         writes.post_tweet(author.id, "hello")
-        assert sent == ["BEGIN", "INSERT", "INSERT", "COMMIT"]  # the tweet, the log with the writers' lock
-        assert db.session.scalars(text("SELECT key FROM cache_invalidations ORDER BY id")).all()[-1] == (
-            f"newest_tweets_by:{author.id}"
-        )
+        assert sent == sent_for_a_tweet  # the tweet, and the log under the writers' lock
+        assert logged_keys()[-1] == f"newest_tweets_by:{author.id}"
+        assert db.session.scalars(select(Tweet.text)).all() == ["hello"]
+
+
+def test_in_one_statement_a_follow_or_unfollow_logs_its_key_only_when_it_changes_a_row(make_pg_app):
+    from tweepy import writes
+
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True, DB_ONE_STATEMENT_WRITES=True)
+    with app.app_context():
+        alice = writes.register("alice", "alice@example.com", "not-a-real-hash")
+        bob = writes.register("bob", "bob@example.com", "not-a-real-hash")
+        before = len(logged_keys())
+        sent = statements_sent(app)
+        for change in (writes.follow, writes.follow, writes.unfollow, writes.unfollow):
+            change(alice.id, bob.id)
+        assert sent == ["WITH"] * 4
+        assert logged_keys()[before:] == [f"following:{alice.id}"] * 2  # the first follow, the first unfollow
+        assert db.session.scalar(select(func.count()).select_from(Follow)) == 0
+
+
+def test_a_change_in_one_statement_that_fails_writes_nothing_and_logs_nothing(make_pg_app):
+    from tweepy import writes
+
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True, DB_ONE_STATEMENT_WRITES=True)
+    with app.app_context():
+        before = logged_keys()
+        with pytest.raises(IntegrityError):
+            writes.post_tweet(404, "by nobody")  # no such author
+        assert server_transaction_status() == "IDLE"
+        assert logged_keys() == before
+        assert db.session.scalar(select(func.count()).select_from(Tweet)) == 0
+
+
+def test_a_change_in_one_statement_waits_for_the_writer_before_it_to_commit(make_pg_app):
+    """Its log id is drawn under the writers' lock too, so it cannot commit before an earlier one."""
+    import threading
+
+    from tweepy import queries, writes
+    from tweepy.cache import forget
+
+    app = make_pg_app(CACHE="local", DB_READS_AUTOCOMMIT=True, DB_ONE_STATEMENT_WRITES=True)
+    with app.app_context():
+        author = writes.register("alice", "alice@example.com", "not-a-real-hash")
+    first_logged, let_first_commit, second_done = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with app.app_context(), writes.transaction():
+            forget(queries.newest_tweets_by.key(404))
+            first_logged.set()
+            let_first_commit.wait(10)
+
+    def second() -> None:
+        first_logged.wait(10)
+        with app.app_context():
+            writes.post_tweet(author.id, "later")
+            second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    assert not second_done.wait(0.5), "the one-statement write committed while the first writer had not"
+    let_first_commit.set()
+    for thread in threads:
+        thread.join(10)
+    assert second_done.is_set(), "the one-statement write never committed"
+    with app.app_context():
+        assert logged_keys()[-2:] == ["newest_tweets_by:404", f"newest_tweets_by:{author.id}"]
 
 
 def test_a_registration_reads_nothing_back_once_committed(make_pg_app):

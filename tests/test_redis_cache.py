@@ -24,7 +24,7 @@ import pytest
 from flask_migrate import upgrade
 from helpers.browser import sign_up
 from helpers.caches import cached_keys, drop_prefix, free_port, new_prefix, stored
-from helpers.invalidation import QUICK, InvalidationWorld
+from helpers.invalidation import FORGETS_NOTHING, QUICK, InvalidationWorld
 from helpers.pages import tweet_texts
 from helpers.postgres import fresh_database
 from helpers.services import redis_url
@@ -235,10 +235,11 @@ def test_no_write_leaves_a_stale_entry_in_redis():
     run_state_machine_as_test(InvalidationWorldOnRedis, settings=QUICK)
 
 
-def test_a_write_that_forgets_nothing_is_caught_on_redis(monkeypatch):
+@pytest.mark.parametrize("mutant", ["forget", "change"])
+def test_a_write_that_forgets_nothing_is_caught_on_redis(monkeypatch, mutant):
     from hypothesis import Phase, settings
 
-    monkeypatch.setattr(writes, "forget", lambda *keys: None)
+    monkeypatch.setattr(writes, mutant, FORGETS_NOTHING[mutant])
     with pytest.raises(AssertionError, match="is stale"):
         run_state_machine_as_test(InvalidationWorldOnRedis, settings=settings(QUICK, phases=[Phase.generate]))
 

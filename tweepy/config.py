@@ -133,6 +133,12 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "PostgreSQL: reads run in autocommit, with no BEGIN and ROLLBACK round trips; writes still in transactions",
     ),
+    Setting(
+        "DB_ONE_STATEMENT_WRITES",
+        False,
+        "PostgreSQL with DB_READS_AUTOCOMMIT and a local or near cache: a tweet, follow or unfollow and its"
+        " cache log entries are one statement, one round trip, not BEGIN, the change, the log and COMMIT",
+    ),
     # Memoized reads.
     Setting(
         "CACHE", "none", "Read cache: 'none', 'local' (in-process, cross-process invalidation) or 'redis' (shared)"

@@ -90,9 +90,6 @@ CREDENTIALS = select(USERS.c.id, USERS.c.name, USERS.c.password_hash).where(
     func.lower(USERS.c.name) == bindparam("name")
 )
 EMAIL_TAKEN = select(USERS.c.id).where(USERS.c.email == bindparam("email"))
-FOLLOWS_ONE = select(FOLLOWS.c.follower_id).where(
-    FOLLOWS.c.follower_id == bindparam("follower_id"), FOLLOWS.c.followed_id == bindparam("followed_id")
-)
 FOLLOWED_BY = select(FOLLOWS.c.followed_id).where(FOLLOWS.c.follower_id == bindparam("user_id"))
 USERS_PAGE = select(USERS.c.id, USERS.c.name).order_by(USERS.c.id).limit(bindparam("size")).offset(bindparam("skip"))
 USERS_BEFORE = select(func.count()).select_from(USERS).where(USERS.c.id < bindparam("user_id"))
@@ -225,11 +222,6 @@ def recent_events(kind: str, subject: str, since: datetime) -> int:
 
 def email_taken(email: str) -> bool:
     return db.session.scalar(EMAIL_TAKEN, {"email": email.lower()}) is not None
-
-
-def follows(follower_id: int, followed_id: int) -> bool:
-    """Whether one follows the other now (for a write deciding what to do; never cached)."""
-    return db.session.scalar(FOLLOWS_ONE, {"follower_id": follower_id, "followed_id": followed_id}) is not None
 
 
 @memoized("following")

@@ -2,9 +2,10 @@
 
 This is the one place that writes: each function commits its rows and, in the
 same transaction, forgets the cached reads the write makes stale, through the
-keys those reads name (see docs/caching.md). Slow work (bcrypt) happens before,
-in the view, so no lock is held while it runs. Refusals are ``errors.Refused``,
-which the site maps to HTTP statuses.
+keys those reads name (see docs/caching.md); the busiest are one ``change``
+each, which on PostgreSQL can be a single statement (``DB_ONE_STATEMENT_WRITES``).
+Slow work (bcrypt) happens before, in the view, so no lock is held while it runs.
+Refusals are ``errors.Refused``, which the site maps to HTTP statuses.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import bindparam, delete, insert, select
+from sqlalchemy import and_, bindparam, delete, exists, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from . import queries
-from .cache import cache, forget, patch
+from .cache import Patch, cache, change, forget
 from .db_tuning import begin_writing
 from .errors import Invalid, NotAllowed, NotFound, Taken
 from .extensions import db
@@ -27,27 +28,41 @@ from .models import Follow, ThrottleEvent, Tweet, User, utcnow
 # compiled form as it is, where a statement built per call, or on the mapped class (the ORM's
 # bulk path), is built, keyed and looked up in the compiled cache on every call.
 TWEETS, FOLLOWS, USERS = Tweet.__table__, Follow.__table__, User.__table__
+# Each changes at most one row and returns it, as ``change`` asks (None: nothing changed).
 NEW_TWEET = (
     insert(TWEETS)
-    .values(author_id=bindparam("author_id"), text=bindparam("text"))
+    .values(author_id=bindparam("author_id"), text=bindparam("text"), posted=bindparam("posted"))
     .returning(TWEETS.c.id, TWEETS.c.posted)
 )
-NEW_FOLLOW = insert(FOLLOWS).values(follower_id=bindparam("follower_id"), followed_id=bindparam("followed_id"))
-GONE_FOLLOW = delete(FOLLOWS).where(
-    FOLLOWS.c.follower_id == bindparam("follower_id"), FOLLOWS.c.followed_id == bindparam("followed_id")
+THE_PAIR = and_(FOLLOWS.c.follower_id == bindparam("follower_id"), FOLLOWS.c.followed_id == bindparam("followed_id"))
+NEW_FOLLOW = (
+    insert(FOLLOWS)
+    .from_select(
+        ["follower_id", "followed_id"],
+        select(
+            bindparam("follower_id", type_=FOLLOWS.c.follower_id.type),
+            bindparam("followed_id", type_=FOLLOWS.c.followed_id.type),
+        ).where(~exists().where(THE_PAIR)),
+    )
+    .returning(FOLLOWS.c.follower_id)
 )
+GONE_FOLLOW = delete(FOLLOWS).where(THE_PAIR).returning(FOLLOWS.c.follower_id)
 # Writes drop throttle events older than the longest window about once every this many events.
 PRUNE_EVERY = 500
 LONGEST_WINDOW = timedelta(days=1)
 
 
 @contextmanager
-def transaction() -> Iterator[None]:
-    """Commit everything done inside, or nothing; then let the cache know."""
+def transaction(one_change: bool = False) -> Iterator[None]:
+    """Commit everything done inside, or nothing; then let the cache know. With ``one_change``, what is
+    done inside is one ``change``: where that commits by itself, nothing is sent around it."""
+    alone = one_change and cache().changes_commit_alone
     try:
-        begin_writing()
+        if not alone:
+            begin_writing()
         yield
-        db.session.commit()
+        if not alone:
+            db.session.commit()
     except BaseException:
         db.session.rollback()
         cache().after_rollback()
@@ -130,14 +145,14 @@ def _end_sessions(user_id: int, digests: list[str]) -> None:
 
 
 def post_tweet(author_id: int, text: str) -> int:
-    with transaction():
-        tweet_id, posted = db.session.execute(NEW_TWEET, {"author_id": author_id, "text": text}).one()
-        # The author's page is the new tweet before what it held: made here, where the cache can tell
-        # what it held is current, rather than read again from the database.
-        patch(
-            queries.newest_tweets_by.key(author_id),
-            lambda page: queries.newest_tweets_with(page, tweet_id, text, posted),
-        )
+    # The author's page is the new tweet before what it held: made here, where the cache can tell what it
+    # held is current, rather than read again from the database.
+    page = Patch(
+        queries.newest_tweets_by.key(author_id),
+        lambda held, row: queries.newest_tweets_with(held, row[0], text, row[1]),
+    )
+    with transaction(one_change=True):
+        tweet_id, _posted = change(NEW_TWEET, {"author_id": author_id, "text": text, "posted": utcnow()}, patch=page)
     return tweet_id
 
 
@@ -155,11 +170,10 @@ def delete_tweet(user_id: int, tweet_id: int) -> None:
 def follow(follower_id: int, followed_id: int) -> None:
     if follower_id == followed_id:
         raise Invalid("You cannot follow yourself.")
+    pair = {"follower_id": follower_id, "followed_id": followed_id}
     try:
-        with transaction():
-            if not queries.follows(follower_id, followed_id):
-                db.session.execute(NEW_FOLLOW, {"follower_id": follower_id, "followed_id": followed_id})
-                forget(queries.following_of.key(follower_id))
+        with transaction(one_change=True):
+            change(NEW_FOLLOW, pair, forgets=(queries.following_of.key(follower_id),))
     except IntegrityError:
         pass  # a concurrent request of the same user followed first: the end state is the same
 
@@ -167,7 +181,6 @@ def follow(follower_id: int, followed_id: int) -> None:
 def unfollow(follower_id: int, followed_id: int) -> None:
     if follower_id == followed_id:
         raise Invalid("You cannot unfollow yourself.")
-    with transaction():
-        gone = db.session.execute(GONE_FOLLOW, {"follower_id": follower_id, "followed_id": followed_id})
-        if gone.rowcount:
-            forget(queries.following_of.key(follower_id))
+    pair = {"follower_id": follower_id, "followed_id": followed_id}
+    with transaction(one_change=True):
+        change(GONE_FOLLOW, pair, forgets=(queries.following_of.key(follower_id),))

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flask import current_app, g
+from sqlalchemy.sql import Executable
+
+from ..extensions import db
 
 
 class CacheKey(str):
@@ -23,6 +26,8 @@ class ReadCache(Protocol):
     enabled: bool
     # Whether a committed write is seen at once by every process (else within the staleness bound).
     fresh_everywhere: bool
+    # Whether ``change`` is one statement that commits by itself, needing no transaction around it.
+    changes_commit_alone: bool
 
     def begin_request(self, seen_write: int | None) -> None:
         """Before a request's reads: catch up with other processes' writes, all of them up to
@@ -53,6 +58,17 @@ class ReadCache(Protocol):
         """``forget(key)``; but where this process can tell its entry held every earlier write, once the
         write commits the entry becomes ``change(entry)`` instead (unless that is None)."""
 
+    def change(
+        self,
+        statement: Executable,
+        params: dict[str, Any],
+        forgets: tuple[CacheKey, ...] = (),
+        patch: Patch | None = None,
+    ) -> tuple | None:
+        """Within a write's transaction: run ``statement``, which changes at most one row and returns it; if it
+        changed one, ``forget`` the keys ``forgets`` and ``patch`` ``patch.key``, whose ``change`` is given
+        the entry and the row. The row, or None."""
+
     def after_commit(self) -> None:
         """The write committed: drop what it forgot."""
 
@@ -68,7 +84,21 @@ class Patch:
     """An entry a write changes rather than evicts once it commits (``ReadCache.patch``)."""
 
     key: CacheKey
-    change: Callable[[Any], Any]
+    change: Callable[..., Any]
+
+
+def change_then_forget(
+    cache: ReadCache, statement: Executable, params: dict[str, Any], forgets: tuple[CacheKey, ...], patch: Patch | None
+) -> tuple | None:
+    """``ReadCache.change`` as two steps of the open transaction: the statement, then what it makes stale."""
+    row = db.session.execute(statement, params).first()
+    if row is None:
+        return None
+    row = tuple(row)
+    cache.forget(*forgets)
+    if patch is not None:
+        cache.patch(patch.key, lambda entry: patch.change(entry, row))
+    return row
 
 
 @dataclass
@@ -108,6 +138,7 @@ class NoCache:
 
     enabled = False
     fresh_everywhere = True
+    changes_commit_alone = False
 
     def begin_request(self, seen_write: int | None) -> None:
         pass
@@ -134,6 +165,15 @@ class NoCache:
 
     def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
         pass
+
+    def change(
+        self,
+        statement: Executable,
+        params: dict[str, Any],
+        forgets: tuple[CacheKey, ...] = (),
+        patch: Patch | None = None,
+    ) -> tuple | None:
+        return change_then_forget(self, statement, params, forgets, patch)
 
     def after_commit(self) -> None:
         pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from flask import Flask, g, session
 
+from ..db_tuning import reads_autocommit
 from .backend import NoCache, ReadCache
 from .local import LocalCache
 from .near import NearCache
@@ -21,9 +22,17 @@ SESSION_KEY = "seen_write"
 
 def backend_for(config) -> ReadCache:
     """The read cache the settings ask for."""
+    # Only where reads autocommit is a statement outside a transaction one of its own.
+    alone = bool(config["DB_ONE_STATEMENT_WRITES"]) and reads_autocommit(config)
     if config["CACHE"] == "local":
         signal = WriteSignal.beside(config["DATABASE_URL"]) if config["CACHE_WRITE_SIGNAL"] else None
-        return LocalCache(config["CACHE_BYTES"], config["CACHE_TTL"], config["CACHE_SYNC_INTERVAL"], signal)
+        return LocalCache(
+            config["CACHE_BYTES"],
+            config["CACHE_TTL"],
+            config["CACHE_SYNC_INTERVAL"],
+            signal,
+            changes_commit_alone=alone,
+        )
     if config["CACHE"] == "redis":
         shared = RedisCache(
             config["CACHE_URL"],
@@ -40,6 +49,7 @@ def backend_for(config) -> ReadCache:
                 config["CACHE_TTL"],
                 config["CACHE_SYNC_INTERVAL"],
                 sessions_near=config["CACHE_NEAR_SESSIONS"],
+                changes_commit_alone=alone,
             )
         return shared
     return NoCache()

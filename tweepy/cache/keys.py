@@ -1,7 +1,7 @@
-"""Cached reads and the keys they name: ``memoized`` makes a read cached, ``forget`` and ``patch`` take its keys.
+"""Cached reads and the keys they name: ``memoized`` makes a read cached, ``forget`` and ``change`` take its keys.
 
 A read owns the name of its entries (``queries.newest_tweets_by.key(author_id)``), and ``forget`` takes
-nothing else, so a write cannot forget a key that no read uses.
+nothing else (nor does ``change``), so a write cannot forget a key that no read uses.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import functools
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from .backend import CacheKey, cache
+from sqlalchemy.sql import Executable
+
+from .backend import CacheKey, Patch, cache
 
 # Keys each cached read remembers how to spell (about 100 bytes each).
 KEYS_SPELT = 20_000
@@ -108,9 +110,14 @@ def forget(*keys: CacheKey) -> None:
     cache().forget(*keys)
 
 
-def patch(key: CacheKey, change: Callable[[Any], Any]) -> None:
-    """``forget(key)``, and where the cache can tell its entry is current, ``change(entry)`` in its place
-    (``change`` returns what a read would now, or None when it cannot tell)."""
-    if not isinstance(key, CacheKey):
-        raise TypeError(f"patch() takes a key made by a cached read's .key(), not {key!r}")
-    cache().patch(key, change)
+def change(
+    statement: Executable, params: dict[str, Any], forgets: tuple[CacheKey, ...] = (), patch: Patch | None = None
+) -> tuple | None:
+    """Within ``transaction(one_change=True)``: run ``statement``, which changes at most one row and returns
+    it. If it changed one, the entries under ``forgets`` are stale once it commits, and so is
+    ``patch.key``'s, unless the cache can tell that entry is current: then ``patch.change(entry, row)``
+    takes its place (None: it cannot tell either). The row, or None."""
+    for key in (*forgets, *([patch.key] if patch is not None else [])):
+        if not isinstance(key, CacheKey):
+            raise TypeError(f"change() takes keys made by a cached read's .key(), not {key!r}")
+    return cache().change(statement, params, forgets, patch)

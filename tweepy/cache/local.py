@@ -21,10 +21,11 @@ from typing import Any
 
 import cachetools
 from sqlalchemy import bindparam, delete, func, insert, select, text
+from sqlalchemy.sql import Executable
 
 from ..extensions import db
 from ..models import CacheInvalidation, utcnow
-from .backend import CacheKey, Patch, request_state
+from .backend import CacheKey, Patch, change_then_forget, request_state
 from .write_signal import WriteSignal
 
 # Log entries are kept this long; a process that has not replayed the log for
@@ -46,10 +47,30 @@ LOG_KEYS_IN_TURN = text(
     "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
     " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key RETURNING id"
 )
+# The same rows, for a change that is one statement with its log entries (``change_logged``): written
+# only if the change returned a row, which the CTE ``changed`` holds.
+LOG_KEYS_IF_CHANGED = (
+    text(
+        "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
+        " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key"
+        " WHERE EXISTS (SELECT FROM changed) RETURNING id"
+    )
+    .columns(LOG.c.id)
+    .cte("logged")
+)
 LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
 # Which kept results each entry's eviction ends (``derived_from_keys``), at about 50 bytes a pair; past
 # this many pairs, every such result is dropped and they start afresh.
 DEPENDENCIES_REMEMBERED = 500_000
+
+
+@functools.cache
+def change_logged(statement: Executable) -> Executable:
+    """PostgreSQL's: ``statement`` (a change that returns the row it changed) and the log's entries for its
+    keys, in one statement that commits by itself: its row, then the log ids in order."""
+    changed = statement.cte("changed")
+    ids = select(func.array_agg(LOG_KEYS_IF_CHANGED.c.id)).scalar_subquery()
+    return select(changed, ids).add_cte(changed, LOG_KEYS_IF_CHANGED)
 
 
 def size_of(value: Any) -> int:
@@ -98,7 +119,14 @@ class LocalCache:
 
     enabled = True
 
-    def __init__(self, max_bytes: int, ttl: float, sync_interval: float, signal: WriteSignal | None = None) -> None:
+    def __init__(
+        self,
+        max_bytes: int,
+        ttl: float,
+        sync_interval: float,
+        signal: WriteSignal | None = None,
+        changes_commit_alone: bool = False,
+    ) -> None:
         # What was computed from entries (a timeline merged from its authors' pages, its HTML) gets an
         # eighth of the budget; the entries themselves the rest.
         results_bytes = max_bytes // 8
@@ -127,6 +155,9 @@ class LocalCache:
         self.signalled = None if signal is None else signal.value()  # the count this process has caught up with
         # uWSGI threads or gevent greenlets share this object; syncs must not interleave.
         self.lock = threading.RLock()
+        # On PostgreSQL where reads autocommit: a change and its log entries are one statement, one round
+        # trip, where a transaction would be four (BEGIN, the change, the log, COMMIT).
+        self.changes_commit_alone = changes_commit_alone
 
     def begin_request(self, seen_write: int | None) -> None:
         self.sync(at_least=seen_write)
@@ -256,7 +287,10 @@ class LocalCache:
             result = db.session.execute(LOG_KEYS_IN_TURN, turn)
         else:
             result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
-        ids = sorted(result.scalars())
+        self._logged(keys, sorted(result.scalars()))
+
+    def _logged(self, keys: Iterable[CacheKey], ids: list[int]) -> None:
+        """The write logged ``keys`` under ``ids`` (in order): evicted once it commits."""
         # Prune whenever this write's ids cross a multiple of PRUNE_EVERY, however many it logged.
         if ids[-1] // PRUNE_EVERY != (ids[0] - 1) // PRUNE_EVERY:
             prune_log()
@@ -269,6 +303,26 @@ class LocalCache:
     def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
         self.forget(key)
         request_state().patches.append(Patch(key, change))
+
+    def change(
+        self,
+        statement: Executable,
+        params: dict[str, Any],
+        forgets: tuple[CacheKey, ...] = (),
+        patch: Patch | None = None,
+    ) -> tuple | None:
+        if not self.changes_commit_alone:
+            return change_then_forget(self, statement, params, forgets, patch)
+        keys = [*forgets, *([patch.key] if patch is not None else [])]
+        turn = {"lock": LOG_WRITERS_LOCK, "keys": keys, "created": utcnow()}
+        found = db.session.execute(change_logged(statement), {**params, **turn}).first()
+        if found is None:
+            return None
+        *row, ids = found
+        self._logged(keys, sorted(ids))
+        if patch is not None:
+            request_state().patches.append(Patch(patch.key, lambda entry: patch.change(entry, tuple(row))))
+        return tuple(row)
 
     def after_commit(self) -> None:
         self._commit()

@@ -35,9 +35,15 @@ class NearCache(LocalCache):
     """Entries kept in the process, fresh by the log; misses read through ``far``, shared by every node."""
 
     def __init__(
-        self, far: RedisCache, max_bytes: int, ttl: float, sync_interval: float, sessions_near: bool = False
+        self,
+        far: RedisCache,
+        max_bytes: int,
+        ttl: float,
+        sync_interval: float,
+        sessions_near: bool = False,
+        changes_commit_alone: bool = False,
     ) -> None:
-        super().__init__(max_bytes, ttl, sync_interval)
+        super().__init__(max_bytes, ttl, sync_interval, changes_commit_alone=changes_commit_alone)
         self.far = far
         # What must be seen evicted at once everywhere (who is logged in), kept here only while Redis pushes
         # every change of it; without ``sessions_near`` it is always read from Redis.
