@@ -87,18 +87,26 @@ class Patch:
     change: Callable[..., Any]
 
 
-def change_then_forget(
-    cache: ReadCache, statement: Executable, params: dict[str, Any], forgets: tuple[CacheKey, ...], patch: Patch | None
-) -> tuple | None:
+class ChangesThenForgets:
     """``ReadCache.change`` as two steps of the open transaction: the statement, then what it makes stale."""
-    row = db.session.execute(statement, params).first()
-    if row is None:
-        return None
-    row = tuple(row)
-    cache.forget(*forgets)
-    if patch is not None:
-        cache.patch(patch.key, lambda entry: patch.change(entry, row))
-    return row
+
+    changes_commit_alone = False
+
+    def change(
+        self,
+        statement: Executable,
+        params: dict[str, Any],
+        forgets: tuple[CacheKey, ...] = (),
+        patch: Patch | None = None,
+    ) -> tuple | None:
+        row = db.session.execute(statement, params).first()
+        if row is None:
+            return None
+        row = tuple(row)
+        self.forget(*forgets)
+        if patch is not None:
+            self.patch(patch.key, lambda entry: patch.change(entry, row))
+        return row
 
 
 @dataclass
@@ -133,12 +141,11 @@ def cache() -> ReadCache:
     return current_app.extensions["tweepy_cache"]
 
 
-class NoCache:
+class NoCache(ChangesThenForgets):
     """Every read goes to the database; nothing to forget."""
 
     enabled = False
     fresh_everywhere = True
-    changes_commit_alone = False
 
     def begin_request(self, seen_write: int | None) -> None:
         pass
@@ -165,15 +172,6 @@ class NoCache:
 
     def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
         pass
-
-    def change(
-        self,
-        statement: Executable,
-        params: dict[str, Any],
-        forgets: tuple[CacheKey, ...] = (),
-        patch: Patch | None = None,
-    ) -> tuple | None:
-        return change_then_forget(self, statement, params, forgets, patch)
 
     def after_commit(self) -> None:
         pass

@@ -25,7 +25,7 @@ from sqlalchemy.sql import Executable
 
 from ..extensions import db
 from ..models import CacheInvalidation, utcnow
-from .backend import CacheKey, Patch, change_then_forget, request_state
+from .backend import CacheKey, ChangesThenForgets, Patch, request_state
 from .write_signal import WriteSignal
 
 # Log entries are kept this long; a process that has not replayed the log for
@@ -114,7 +114,7 @@ class DerivedFromKeys:
         return sys.getsizeof(self) + sys.getsizeof(self.keys) + own_size(self.value)
 
 
-class LocalCache:
+class LocalCache(ChangesThenForgets):
     """A per-process TTL cache, bounded in bytes, kept fresh by replaying the invalidation log."""
 
     enabled = True
@@ -312,7 +312,7 @@ class LocalCache:
         patch: Patch | None = None,
     ) -> tuple | None:
         if not self.changes_commit_alone:
-            return change_then_forget(self, statement, params, forgets, patch)
+            return super().change(statement, params, forgets, patch)
         keys = [*forgets, *([patch.key] if patch is not None else [])]
         turn = {"lock": LOG_WRITERS_LOCK, "keys": keys, "created": utcnow()}
         found = db.session.execute(change_logged(statement), {**params, **turn}).first()

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.sql import Executable
 
 from ..extensions import db
 from ..models import CacheInvalidation
 from . import codec
-from .backend import CacheKey, Patch, change_then_forget, request_state
+from .backend import CacheKey, ChangesThenForgets, request_state
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
@@ -67,13 +66,12 @@ return 1
 """
 
 
-class RedisCache:
+class RedisCache(ChangesThenForgets):
     """One cache in Redis for every process of every node; docs/caching.md says why it stays fresh."""
 
     enabled = True
     # Every process reads the one copy, evicted as soon as a write commits.
     fresh_everywhere = True
-    changes_commit_alone = False
 
     def __init__(
         self, url: str, prefix: str, ttl: float, timeout: float, sync_interval: float, log_replayed: bool = False
@@ -226,15 +224,6 @@ class RedisCache:
     def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
         # Another node may have written in between, unseen from here: only a read can tell.
         self.forget(key)
-
-    def change(
-        self,
-        statement: Executable,
-        params: dict[str, Any],
-        forgets: tuple[CacheKey, ...] = (),
-        patch: Patch | None = None,
-    ) -> tuple | None:
-        return change_then_forget(self, statement, params, forgets, patch)
 
     def after_commit(self) -> None:
         state = request_state()
