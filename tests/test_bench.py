@@ -911,3 +911,14 @@ def test_a_bench_stopped_while_its_load_runs_leaves_no_load_generator_behind(tmp
     assert bench.wait(timeout=30) == 128 + 15
     with pytest.raises(ProcessLookupError):
         os.kill(load_pid, 0)
+
+
+def test_a_second_process_serving_from_the_benchs_folder_is_refused_until_the_first_ends():
+    """A bench, a profile and the tests' quick bench share var/bench/ and tweepy_bench: one at a time."""
+    another = [sys.executable, "-c", "from tools.bench import serving\nwith serving.sole_user(): pass"]
+    with serving.sole_user():
+        refused = subprocess.run(another, cwd=stages.ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert f"var/bench/ is in use by process {os.getpid()}" in refused.stderr
+    after = subprocess.run(another, cwd=stages.ROOT, capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0, after.stderr

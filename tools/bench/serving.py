@@ -1,9 +1,12 @@
 """The bench's data and a stage served on it: one seeded database per size, copied afresh
-for every stage, and PostgreSQL and Redis reached through delay relays when the plan asks."""
+for every stage, and PostgreSQL and Redis reached through delay relays when the plan asks.
+One stage at a time is served from ``var/bench/`` (``sole_user``): a bench, a profile and the
+tests' quick bench all use it and the database ``tweepy_bench``."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -53,9 +56,36 @@ def fresh_copy(master: Path, target: Path) -> Path:
 
 
 @contextlib.contextmanager
+def sole_user():
+    """Hold ``var/bench/`` and the database ``tweepy_bench`` for this process: another bench, profile or
+    test run starting meanwhile would recreate them under it, so it is refused, naming this one."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    with open(WORK / "in-use", "a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.seek(0)
+            raise SystemExit(
+                f"{WORK.relative_to(ROOT)}/ is in use by process {held.read().strip() or '?'} (a bench, a profile"
+                " or the tests' quick bench): wait for it to end, or stop it"
+            ) from None
+        held.truncate(0)
+        held.write(str(os.getpid()))
+        held.flush()
+        yield
+
+
+@contextlib.contextmanager
 def served(plan: Plan, stage: stages.Stage, master: Path):
     """The stage started afresh, as ``make run`` would, on a fresh copy of the bench's data and empty
-    caches: yields its ``Running`` and, with ``TWEEPY_BENCH_NETWORK_DELAY_MS``, its relays' figures."""
+    caches: yields its ``Running`` and, with ``TWEEPY_BENCH_NETWORK_DELAY_MS``, its relays' figures.
+    Only while no other process serves from ``var/bench/`` (``sole_user``)."""
+    with sole_user(), _served(plan, stage, master) as served_stage:
+        yield served_stage
+
+
+@contextlib.contextmanager
+def _served(plan: Plan, stage: stages.Stage, master: Path):
     seed = None
     if stage.app_setting("DATABASE_URL").startswith("postgresql"):
         # The same data, seeded anew (COPY) into a database of the bench's own on the stage's server.
