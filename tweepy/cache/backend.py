@@ -81,7 +81,7 @@ class ReadCache(Protocol):
 
 @dataclass
 class Patch:
-    """An entry a write changes rather than evicts once it commits (``ReadCache.patch``)."""
+    """An entry a write changes rather than evicts once it commits (``ReadCache.patch``, ``ReadCache.change``)."""
 
     key: CacheKey
     change: Callable[..., Any]

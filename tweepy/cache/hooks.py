@@ -22,7 +22,7 @@ SESSION_KEY = "seen_write"
 
 def backend_for(config) -> ReadCache:
     """The read cache the settings ask for."""
-    # Only where reads autocommit is a statement outside a transaction one of its own.
+    # A statement sent outside a transaction commits by itself only where reads autocommit.
     alone = bool(config["DB_ONE_STATEMENT_WRITES"]) and reads_autocommit(config)
     if config["CACHE"] == "local":
         signal = WriteSignal.beside(config["DATABASE_URL"]) if config["CACHE_WRITE_SIGNAL"] else None
