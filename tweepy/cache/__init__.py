@@ -3,7 +3,7 @@
 A read in ``queries.py`` is cached with ``@memoized("name")``; a write in ``writes.py`` calls
 ``forget(read.key(...))`` inside its own transaction, or is one ``change`` naming the keys it makes
 stale. ``CACHE`` chooses the backend: ``none`` (``NoCache``), ``local`` (``local.py``, with
-``write_signal.py``) or ``redis`` (``redis_cache.py``, with ``near.py`` in front of it under
+``log.py`` and ``write_signal.py``) or ``redis`` (``redis_cache.py``, with ``near.py`` in front of it under
 ``CACHE_NEAR``); ``hooks.py`` sets it up.
 Why no backend serves a stale entry: docs/caching.md.
 """
@@ -12,7 +12,8 @@ from .backend import CacheKey, NoCache, Patch, ReadCache, RequestState, cache, r
 from .codec import row_type
 from .hooks import SESSION_KEY, init_app
 from .keys import READS, CachedRead, change, forget, memoized
-from .local import LocalCache, prune_log
+from .local import LocalCache
+from .log import prune_log
 from .near import NearCache
 from .redis_cache import CLAIM_TTL_MS, RedisCache
 from .write_signal import WriteSignal

@@ -16,61 +16,20 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import cachetools
-from sqlalchemy import bindparam, delete, func, insert, select, text
 from sqlalchemy.sql import Executable
 
-from ..extensions import db
-from ..models import CacheInvalidation, utcnow
+from . import log
 from .backend import CacheKey, ChangesThenForgets, Patch, request_state
 from .write_signal import WriteSignal
 
-# Log entries are kept this long; a process that has not replayed the log for
-# half of it may have missed some, and drops its whole cache instead.
-LOG_RETENTION = timedelta(minutes=10)
-# Writes prune the log about once every this many log entries.
-PRUNE_EVERY = 500
-# The PostgreSQL advisory lock that writers of the invalidation log take in turn.
-LOG_WRITERS_LOCK = 7170637
 # Keys whose last eviction is remembered (a few dozen bytes each).
 EVICTIONS_REMEMBERED = 100_000
-# Built once on the table, as writes.py's statements are: every write sends the first, and every
-# process the second after each write anywhere.
-LOG = CacheInvalidation.__table__
-LOG_KEYS = insert(LOG).returning(LOG.c.id)
-# PostgreSQL's, in one round trip: every row joins the writers' lock, so it is taken before any id is
-# drawn, and held until the transaction ends.
-LOG_KEYS_IN_TURN = text(
-    "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
-    " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key RETURNING id"
-)
-# The same rows, for a change that is one statement with its log entries (``change_logged``): written
-# only if the change returned a row, which the CTE ``changed`` holds.
-LOG_KEYS_IF_CHANGED = (
-    text(
-        "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
-        " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key"
-        " WHERE EXISTS (SELECT FROM changed) RETURNING id"
-    )
-    .columns(LOG.c.id)
-    .cte("logged")
-)
-LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
 # Which kept results each entry's eviction ends (``derived_from_keys``), at about 50 bytes a pair; past
 # this many pairs, every such result is dropped and they start afresh.
 DEPENDENCIES_REMEMBERED = 500_000
-
-
-@functools.cache
-def change_logged(statement: Executable) -> Executable:
-    """PostgreSQL's: ``statement`` (a change that returns the row it changed) and the log's entries for its
-    keys, in one statement that commits by itself: its row, then the log ids in order."""
-    changed = statement.cte("changed")
-    ids = select(func.array_agg(LOG_KEYS_IF_CHANGED.c.id)).scalar_subquery()
-    return select(changed, ids).add_cte(changed, LOG_KEYS_IF_CHANGED)
 
 
 def size_of(value: Any) -> int:
@@ -277,23 +236,11 @@ class LocalCache(ChangesThenForgets):
 
     def forget(self, *keys: CacheKey) -> None:
         """Log the keys in the current transaction; evict them here once it commits."""
-        if not keys:
-            return
-        if db.session.get_bind().dialect.name == "postgresql":
-            # sync() reads the log by id and assumes ids commit in order, as SQLite's single writer
-            # guarantees. On PostgreSQL two writers could commit out of order and a process that
-            # synced in between would skip the earlier id for good: writers of the log take turns.
-            turn = {"lock": LOG_WRITERS_LOCK, "keys": list(keys), "created": utcnow()}
-            result = db.session.execute(LOG_KEYS_IN_TURN, turn)
-        else:
-            result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
-        self._logged(keys, sorted(result.scalars()))
+        if keys:
+            self._logged(keys, log.log_keys(keys))
 
     def _logged(self, keys: Iterable[CacheKey], ids: list[int]) -> None:
         """The write logged ``keys`` under ``ids`` (in order): evicted once it commits."""
-        # Prune whenever this write's ids cross a multiple of PRUNE_EVERY, however many it logged.
-        if ids[-1] // PRUNE_EVERY != (ids[0] - 1) // PRUNE_EVERY:
-            prune_log()
         state = request_state()
         state.forgotten.extend(keys)
         if state.forgotten_from is None:
@@ -314,15 +261,14 @@ class LocalCache(ChangesThenForgets):
         if not self.changes_commit_alone:
             return super().change(statement, params, forgets, patch)
         keys = [*forgets, *([patch.key] if patch is not None else [])]
-        turn = {"lock": LOG_WRITERS_LOCK, "keys": keys, "created": utcnow()}
-        found = db.session.execute(change_logged(statement), {**params, **turn}).first()
-        if found is None:
+        changed = log.change_and_log_keys(statement, params, keys)
+        if changed is None:
             return None
-        *row, ids = found
-        self._logged(keys, sorted(ids))
+        row, ids = changed
+        self._logged(keys, ids)
         if patch is not None:
-            request_state().patches.append(Patch(patch.key, lambda entry: patch.change(entry, tuple(row))))
-        return tuple(row)
+            request_state().patches.append(Patch(patch.key, lambda entry: patch.change(entry, row)))
+        return row
 
     def after_commit(self) -> None:
         self._commit()
@@ -373,12 +319,11 @@ class LocalCache(ChangesThenForgets):
         # The log is read with no lock held: a greenlet waiting on the lock may hold the pool's last
         # database connection, which the read would then wait for until the pool gives up.
         logged = None
-        if self.applied is None or now - self.synced_at > LOG_RETENTION.total_seconds() / 2:
+        if self.applied is None or now - self.synced_at > log.LOG_RETENTION.total_seconds() / 2:
             # First sync, or asleep long enough to have missed pruned entries.
-            newest = db.session.scalar(select(func.max(CacheInvalidation.id))) or 0
+            newest = log.newest_id()
         else:
-            # Ids commit in order (see forget), so whatever committed after `applied` is above it.
-            logged = db.session.execute(LOGGED_AFTER, {"applied": self.applied}).all()
+            logged = log.logged_after(self.applied)
         with self.lock:
             if logged is None:
                 self.applied = max(newest, self.applied or 0)
@@ -414,8 +359,3 @@ class LocalCache(ChangesThenForgets):
                 kept = self.results.get(dependent)
                 if kept is not None:
                     kept.until = float("-inf")  # computed again when next asked for (its value kept to compare)
-
-
-def prune_log() -> None:
-    """Drop log entries nobody can still need (called now and then by writes)."""
-    db.session.execute(delete(CacheInvalidation).where(CacheInvalidation.created < utcnow() - LOG_RETENTION))
