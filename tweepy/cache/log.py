@@ -33,29 +33,21 @@ LOG = CacheInvalidation.__table__
 LOG_KEYS = insert(LOG).returning(LOG.c.id)
 # PostgreSQL's, in one round trip: every row joins the writers' lock, so it is taken before any id is
 # drawn, and held until the transaction ends.
-LOG_KEYS_IN_TURN = text(
+IN_TURN = (
     "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
-    " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key RETURNING id"
+    " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key"
 )
+LOG_KEYS_IN_TURN = text(f"{IN_TURN} RETURNING id")
 # The same rows, for a change that is one statement with its log entries (``change_logged``): written
 # only if the change returned a row, which the CTE ``changed`` holds.
-LOG_KEYS_IF_CHANGED = (
-    text(
-        "INSERT INTO cache_invalidations (key, created) SELECT key, :created"
-        " FROM pg_advisory_xact_lock(:lock), unnest(CAST(:keys AS varchar[])) AS key"
-        " WHERE EXISTS (SELECT FROM changed) RETURNING id"
-    )
-    .columns(LOG.c.id)
-    .cte("logged")
-)
+LOG_KEYS_IF_CHANGED = text(f"{IN_TURN} WHERE EXISTS (SELECT FROM changed) RETURNING id").columns(LOG.c.id).cte("logged")
 LOGGED_AFTER = select(LOG.c.id, LOG.c.key).where(LOG.c.id > bindparam("applied")).order_by(LOG.c.id)
 
 
 def log_keys(keys: Sequence[str]) -> list[int]:
     """Within a write's transaction: log ``keys``, in turn with other writers. Their ids, in order."""
     if db.session.get_bind().dialect.name == "postgresql":
-        turn = {"lock": LOG_WRITERS_LOCK, "keys": list(keys), "created": utcnow()}
-        result = db.session.execute(LOG_KEYS_IN_TURN, turn)
+        result = db.session.execute(LOG_KEYS_IN_TURN, _turn(keys))
     else:
         result = db.session.execute(LOG_KEYS, [{"key": key} for key in keys])
     return _pruned_now_and_then(sorted(result.scalars()))
@@ -73,8 +65,7 @@ def change_logged(statement: Executable) -> Executable:
 def change_and_log_keys(statement: Executable, params: dict[str, Any], keys: Sequence[str]) -> tuple | None:
     """PostgreSQL's, outside a transaction: ``statement`` and, if it changed a row, ``keys`` logged in turn,
     as one statement. The row and the ids, in order; or None."""
-    turn = {"lock": LOG_WRITERS_LOCK, "keys": list(keys), "created": utcnow()}
-    found = db.session.execute(change_logged(statement), {**params, **turn}).first()
+    found = db.session.execute(change_logged(statement), {**params, **_turn(keys)}).first()
     if found is None:
         return None
     *row, ids = found
@@ -88,6 +79,11 @@ def logged_after(applied: int) -> Sequence[Row]:
 
 def newest_id() -> int:
     return db.session.scalar(select(func.max(LOG.c.id))) or 0
+
+
+def _turn(keys: Sequence[str]) -> dict[str, Any]:
+    """The parameters of ``IN_TURN``: the writers' lock and these keys, logged now."""
+    return {"lock": LOG_WRITERS_LOCK, "keys": list(keys), "created": utcnow()}
 
 
 def _pruned_now_and_then(ids: list[int]) -> list[int]:
