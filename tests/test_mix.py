@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from tests.helpers.services import postgres_url, redis_url
 from tools import mix, stages
 
 SMALL = ["--people", "10", "--requests", "400", "--rounds", "2", "--seed-users", "200", "--seed-tweets", "3000"]
@@ -65,11 +66,21 @@ def test_answers_other_than_a_page_or_a_redirect_stop_the_mix(capsys, monkeypatc
     assert "unexpected answers" in capsys.readouterr().out
 
 
-def test_a_stage_on_postgresql_is_refused_with_the_reason():
+def test_a_stage_on_postgresql_and_redis_counts_their_cpu_beside_the_apps(capsys, monkeypatch, tmp_path):
+    postgres_url(), redis_url()
+    monkeypatch.setenv("TWEEPY_INSTANCE_PATH", str(tmp_path / "instance"))  # where the role's password is kept
+    monkeypatch.setenv("PGPASSFILE", "")  # set by the mix for its own connections; put back after
     on_postgresql = [s for s in stages.all_stages() if s.app_setting("DATABASE_URL").startswith("postgresql")]
-    assert on_postgresql
-    with pytest.raises(SystemExit, match="runs on postgresql"):
-        mix.build_app(on_postgresql[0], 10, 10)
+    assert mix.main([str(on_postgresql[0].number), *SMALL, "--people", "50", "--requests", "2000"]) == 0
+    out = capsys.readouterr().out
+    rounds = re.findall(
+        r"round \d: ([\d.]+) ms of CPU a request: this process ([\d.]+), PostgreSQL ([\d.]+), Redis ([\d.]+)", out
+    )
+    assert len(rounds) == 2
+    for total, app, postgresql, redis in ([float(ms) for ms in each] for each in rounds):
+        assert app > 0 and postgresql > 0 and redis >= 0  # Redis may spend less than a clock tick
+        assert total == pytest.approx(app + postgresql + redis, abs=0.002)
+    assert re.search(r"median with PostgreSQL and Redis: [\d.]+ ms of CPU a request", out)
 
 
 def test_the_profile_says_how_many_function_calls_a_request_made(capsys):

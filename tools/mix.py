@@ -5,12 +5,13 @@
     python -m tools.mix 6 --profile                    and where the time goes, function by function
 
 What a change to the app costs or saves, in seconds: the stage's app settings on a small fresh
-SQLite database, logged-in people sending the protocol's reads, tweets and follows with its
-weights (``tools/protocol.py``), and the process's CPU a request, by type and before any view
-runs. Logins and registrations are left out: their cost is bcrypt's. Each request is a call of
-the WSGI app with a server's environ (``Person.send``), cookies kept, so only the app's own work
-counts. It is not a benchmark (no nginx, uWSGI, gevent or network): compare two trees or two
-settings with it on one machine; ``make bench`` and ``make profile`` say what a stage serves.
+database (SQLite; or PostgreSQL and Redis, whose CPU is counted beside), logged-in people sending
+the protocol's reads, tweets and follows with its weights (``tools/protocol.py``), and the
+process's CPU a request, by type and before any view runs. Logins and registrations are left out:
+their cost is bcrypt's. Each request is a call of the WSGI app with a server's environ
+(``Person.send``), cookies kept, so only the app's own work counts. It is not a benchmark (no
+nginx, uWSGI, gevent or network): compare two trees or two settings with it on one machine;
+``make bench`` and ``make profile`` say what a stage serves.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import random
 import shutil
@@ -27,13 +29,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
+from pathlib import Path
 from urllib.parse import urlencode
 
 from flask import Flask
 from flask_login import login_required
 
-from tools import stages
+from tools import services, stages
+from tools.bench.procfs import cpu_seconds, process_tree
 from tools.protocol import SEED_PASSWORD, TASKS, csrf_token_of
+from tools.stages.model import instance_folder
 from tweepy import config, create_app
 
 WORK = stages.VAR / "mix"
@@ -131,10 +136,8 @@ class Person:
 
 
 def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
-    """The stage's app on a fresh seeded SQLite database of the mix's own (bcrypt at its lowest cost)."""
-    url = stage.app_setting("DATABASE_URL")  # empty: SQLite in the instance folder
-    if url and not url.startswith("sqlite"):
-        raise SystemExit(f"stage {stage.label} runs on {url.split(':')[0]}; the mix runs the SQLite stages")
+    """The stage's app on a fresh seeded database of the mix's own (bcrypt at its lowest cost): a SQLite
+    file, or for a stage on PostgreSQL a database ``tweepy_mix`` on its server, with Redis keys of its own."""
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     local = {
@@ -143,6 +146,12 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
         "TWEEPY_BCRYPT_LOG_ROUNDS": "4",
         "TWEEPY_UNTHROTTLED_ADDRESSES": "127.0.0.1",
     }
+    url = stage.app_setting("DATABASE_URL")
+    if url.startswith("postgresql"):
+        # The role's password is the one `make run` keeps: this process connects with it as the app does.
+        os.environ["PGPASSFILE"] = str(instance_folder(dict(os.environ)) / "pgpass")
+        local["TWEEPY_DATABASE_URL"] = services.recreate_database(url, "tweepy_mix", Path(os.environ["PGPASSFILE"]))
+        local["TWEEPY_CACHE_KEY_PREFIX"] = f"tweepy-mix-{time.time_ns()}:"  # a fresh database, fresh keys
     env = stages.stage_env(stage, stage.default_port, local)
     seed = ["--users", str(seed_users), "--tweets", str(seed_tweets), "--follows", "20"]
     stages.prepare_database(stage, env, seed=seed)
@@ -152,10 +161,22 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
 
 @dataclass
 class Round:
-    ms: float  # CPU a request, all requests together
+    ms: float  # CPU a request in this process, all requests together
     sent: Counter  # requests by type
     spent: Counter  # CPU seconds by type
     unexpected: Counter  # answers other than a page or a redirect, by type and status
+    servers_ms: dict[str, float]  # CPU a request of each server the app talks to (PostgreSQL, Redis)
+
+    def line(self) -> str:
+        """The round's CPU a request: this process's, and with the servers' when there are any."""
+        if not self.servers_ms:
+            return f"{self.ms:.3f} ms of CPU a request"
+        servers = ", ".join(f"{name} {ms:.3f}" for name, ms in self.servers_ms.items())
+        return f"{self.total_ms:.3f} ms of CPU a request: this process {self.ms:.3f}, {servers}"
+
+    @property
+    def total_ms(self) -> float:
+        return self.ms + sum(self.servers_ms.values())
 
     def by_type(self) -> str:
         return "\n".join(
@@ -164,10 +185,13 @@ class Round:
         )
 
 
-def run(people: list[Person], requests: int, rng: random.Random) -> Round:
-    """Send ``requests`` requests: the CPU time they took, in all and by type, and what was answered."""
+def run(people: list[Person], requests: int, rng: random.Random, servers: dict[str, int] | None = None) -> Round:
+    """Send ``requests`` requests: the CPU time they took, in all and by type, and what was answered;
+    with ``servers`` (name: pid), the CPU each of them and their children spent meanwhile."""
     tasks, weights = list(MIX), list(MIX.values())
     sent, spent, unexpected = Counter(), Counter(), Counter()
+    servers = servers or {}
+    servers_before = {name: cpu_seconds(process_tree([pid])) for name, pid in servers.items()}
     started = time.process_time()
     for _ in range(requests):
         person, task = rng.choice(people), rng.choices(tasks, weights)[0]
@@ -177,7 +201,22 @@ def run(people: list[Person], requests: int, rng: random.Random) -> Round:
         sent[name] += 1
         if status not in (200, 303):
             unexpected[f"{name} {status}"] += 1
-    return Round(1000 * (time.process_time() - started) / requests, sent, spent, unexpected)
+    ms = 1000 * (time.process_time() - started) / requests
+    servers_ms = {
+        name: 1000 * (cpu_seconds(process_tree([pid])) - servers_before[name]) / requests
+        for name, pid in servers.items()
+    }
+    return Round(ms, sent, spent, unexpected, servers_ms)
+
+
+def servers_of(app) -> dict[str, int]:
+    """The servers the app talks to, by name: their processes, whose CPU each round counts."""
+    found = {}
+    if app.config["DATABASE_URL"].startswith("postgresql"):
+        found["PostgreSQL"] = services.postmaster_pid(app.config["DATABASE_URL"])
+    if app.config["CACHE"] == "redis":
+        found["Redis"] = services.redis_pid(app.config["CACHE_URL"])
+    return found
 
 
 # A view that answers at once: what a request costs around its view, the floor every page stands on.
@@ -233,12 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(42)
     people = [Person(app, n, args.seed_users) for n in range(1, min(args.people, args.seed_users) + 1)]
     print(f"==> stage {stage.label}, in one process: {len(people)} people on {args.seed_users:,} seeded users")
+    servers = servers_of(app)
     run(people, args.requests, rng)  # warm-up: caches filled, pages kept
-    figures = []
+    rounds = []
     for number in range(1, args.rounds + 1):
-        last = run(people, args.requests, rng)
-        figures.append(last.ms)
-        print(f"round {number}: {last.ms:.3f} ms of CPU a request ({args.requests:,} requests)")
+        last = run(people, args.requests, rng, servers)
+        rounds.append(last)
+        print(f"round {number}: {last.line()} ({args.requests:,} requests)")
         if last.unexpected:
             print(f"unexpected answers: {dict(last.unexpected)}: the figures measure errors, not the mix")
             return 1
@@ -256,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unexpected answer to {path}: the figures measure an error")
             return 1
         print(f"{what}: {ms:.3f} ms")
-    print(f"median: {statistics.median(figures):.3f} ms of CPU a request, in one process (not a benchmark)")
+    median = statistics.median([each.ms for each in rounds])
+    print(f"median: {median:.3f} ms of CPU a request, in one process (not a benchmark)")
+    if servers:
+        together = statistics.median([each.total_ms for each in rounds])
+        print(f"median with {' and '.join(servers)}: {together:.3f} ms of CPU a request (not a benchmark)")
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(run, people, args.requests, rng)
