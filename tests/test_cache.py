@@ -93,6 +93,27 @@ def test_a_post_makes_its_authors_kept_page_in_the_writers_process_without_readi
         assert cache().entries[queries.newest_tweets_by.key(user_id(app, "alice"))] == read(user_id(app, "alice"))
 
 
+def test_a_follow_and_an_unfollow_change_whom_the_writer_follows_without_reading_it_again(make_app, monkeypatch):
+    app = make_app(**CACHED, CACHE_SYNC_INTERVAL=NEVER)
+    bob = sign_up(app, "bob")
+    assert bob.post("/tweets/", {"tweet": "bob's"}).status_code == 303
+    alice = sign_up(app, "alice")
+    assert tweet_texts(warm(alice, "/tweets/")) == []
+    read, reads = queries.following_of.uncached, []
+    monkeypatch.setattr(queries.following_of, "uncached", lambda *args: reads.append(args) or read(*args))
+    following = queries.following_of.key(user_id(app, "alice"))
+
+    assert alice.post("/users/bob/follow").status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == ["bob's"]
+    with app.app_context():
+        assert cache().entries[following] == {user_id(app, "bob")} == read(user_id(app, "alice"))
+    assert alice.post("/users/bob/unfollow").status_code == 303
+    assert tweet_texts(alice.get("/tweets/")) == []
+    assert reads == []
+    with app.app_context():
+        assert cache().entries[following] == frozenset() == read(user_id(app, "alice"))
+
+
 def test_a_post_made_before_anothers_write_is_replayed_here_leaves_the_page_to_be_read_again(two_processes):
     from tweepy import writes
 

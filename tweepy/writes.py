@@ -171,9 +171,11 @@ def follow(follower_id: int, followed_id: int) -> None:
     if follower_id == followed_id:
         raise Invalid("You cannot follow yourself.")
     pair = {"follower_id": follower_id, "followed_id": followed_id}
+    # Whom the follower follows, changed in place: their next timeline merges without reading it again.
+    following = Patch(queries.following_of.key(follower_id), lambda held, _row: held | {followed_id})
     try:
         with transaction(one_change=True):
-            change(NEW_FOLLOW, pair, forgets=(queries.following_of.key(follower_id),))
+            change(NEW_FOLLOW, pair, patch=following)
     except IntegrityError:
         pass  # a concurrent request of the same user followed first: the end state is the same
 
@@ -182,5 +184,6 @@ def unfollow(follower_id: int, followed_id: int) -> None:
     if follower_id == followed_id:
         raise Invalid("You cannot unfollow yourself.")
     pair = {"follower_id": follower_id, "followed_id": followed_id}
+    following = Patch(queries.following_of.key(follower_id), lambda held, _row: held - {followed_id})
     with transaction(one_change=True):
-        change(GONE_FOLLOW, pair, forgets=(queries.following_of.key(follower_id),))
+        change(GONE_FOLLOW, pair, patch=following)
