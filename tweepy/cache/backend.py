@@ -54,9 +54,9 @@ class ReadCache(Protocol):
     def forget(self, *keys: CacheKey) -> None:
         """Within a write's transaction: these keys are stale once it commits."""
 
-    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
-        """``forget(key)``; but where this process can tell its entry held every earlier write, once the
-        write commits the entry becomes ``change(entry)`` instead (unless that is None)."""
+    def patch(self, patch: Patch, row: tuple) -> None:
+        """``forget(patch.key)``; but where this process can tell its entry held every earlier write, once the
+        write commits the entry becomes ``patch.change(entry, row)`` instead (unless that is None)."""
 
     def change(
         self,
@@ -84,7 +84,7 @@ class Patch:
     """An entry a write changes rather than evicts once it commits (``ReadCache.patch``, ``ReadCache.change``)."""
 
     key: CacheKey
-    change: Callable[..., Any]
+    change: Callable[[Any, tuple], Any]  # (the entry, the row the write changed) -> the new entry, or None
 
 
 class ChangesThenForgets:
@@ -105,7 +105,7 @@ class ChangesThenForgets:
         row = tuple(row)
         self.forget(*forgets)
         if patch is not None:
-            self.patch(patch.key, lambda entry: patch.change(entry, row))
+            self.patch(patch, row)
         return row
 
 
@@ -125,7 +125,7 @@ class RequestState:
     forgotten_from: int | None = None
     forgotten_up_to: int | None = None
     # Entries to change rather than evict once the transaction commits.
-    patches: list[Patch] = field(default_factory=list)
+    patches: list[tuple[Patch, tuple]] = field(default_factory=list)  # each with the row its write changed
     # The last log id this request committed: the writer's next request replays up to it.
     committed_up_to: int | None = None
 
@@ -170,7 +170,7 @@ class NoCache(ChangesThenForgets):
     def forget(self, *keys: CacheKey) -> None:
         pass
 
-    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+    def patch(self, patch: Patch, row: tuple) -> None:
         pass
 
     def after_commit(self) -> None:

@@ -247,9 +247,9 @@ class LocalCache(ChangesThenForgets):
             state.forgotten_from = ids[0]
         state.forgotten_up_to = ids[-1]
 
-    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
-        self.forget(key)
-        request_state().patches.append(Patch(key, change))
+    def patch(self, patch: Patch, row: tuple) -> None:
+        self.forget(patch.key)
+        request_state().patches.append((patch, row))
 
     def change(
         self,
@@ -267,7 +267,7 @@ class LocalCache(ChangesThenForgets):
         row, ids = changed
         self._logged(keys, ids)
         if patch is not None:
-            request_state().patches.append(Patch(patch.key, lambda entry: patch.change(entry, row)))
+            request_state().patches.append((patch, row))
         return row
 
     def after_commit(self) -> None:
@@ -287,8 +287,8 @@ class LocalCache(ChangesThenForgets):
                 # Ids commit in order, so when this write's entries follow the last one replayed here, no
                 # one else's write lies between: every entry kept here held every write before this one.
                 alone = self.applied is not None and self.applied + 1 == first
-                held = [(patch, self.entries.get(patch.key)) for patch in patches] if alone else []
-                changed = [(patch.key, patch.change(entry)) for patch, entry in held if entry is not None]
+                held = [(patch, row, self.entries.get(patch.key)) for patch, row in patches] if alone else []
+                changed = [(patch.key, patch.change(entry, row)) for patch, row, entry in held if entry is not None]
                 self._evict(keys, [state.committed_up_to] * len(keys))
                 for key, value in changed:
                     if value is not None:

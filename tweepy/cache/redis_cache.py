@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..extensions import db
 from ..models import CacheInvalidation
 from . import codec
-from .backend import CacheKey, ChangesThenForgets, request_state
+from .backend import CacheKey, ChangesThenForgets, Patch, request_state
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
@@ -221,9 +221,9 @@ class RedisCache(ChangesThenForgets):
         read fill them again from rows the write has not committed yet)."""
         request_state().forgotten.extend(keys)
 
-    def patch(self, key: CacheKey, change: Callable[[Any], Any]) -> None:
+    def patch(self, patch: Patch, row: tuple) -> None:
         # Another node may have written in between, unseen from here: only a read can tell.
-        self.forget(key)
+        self.forget(patch.key)
 
     def after_commit(self) -> None:
         state = request_state()
