@@ -29,7 +29,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from pathlib import Path
 from urllib.parse import urlencode
 
 from flask import Flask
@@ -149,8 +148,9 @@ def build_app(stage: stages.Stage, seed_users: int, seed_tweets: int):
     url = stage.app_setting("DATABASE_URL")
     if url.startswith("postgresql"):
         # The role's password is the one `make run` keeps: this process connects with it as the app does.
-        os.environ["PGPASSFILE"] = str(instance_folder(dict(os.environ)) / "pgpass")
-        local["TWEEPY_DATABASE_URL"] = services.recreate_database(url, "tweepy_mix", Path(os.environ["PGPASSFILE"]))
+        passfile = instance_folder(dict(os.environ)) / "pgpass"
+        os.environ["PGPASSFILE"] = str(passfile)
+        local["TWEEPY_DATABASE_URL"] = services.recreate_database(url, "tweepy_mix", passfile)
         local["TWEEPY_CACHE_KEY_PREFIX"] = f"tweepy-mix-{time.time_ns()}:"  # a fresh database, fresh keys
     env = stages.stage_env(stage, stage.default_port, local)
     seed = ["--users", str(seed_users), "--tweets", str(seed_tweets), "--follows", "20"]
