@@ -5,7 +5,7 @@ and the report's table of them."""
 from __future__ import annotations
 
 import pytest
-from test_locustfile import driven, log_in, protocol, serve  # noqa: F401 (a fixture and fakes)
+from test_locustfile import FakeVisitor, driven, log_in, protocol, serve  # noqa: F401 (a fixture and fakes)
 
 from tools import protocol as shared
 from tools.bench import cold_report, figures
@@ -40,7 +40,26 @@ def test_users_arrive_at_the_cold_rate_then_the_herd_all_at_once_then_back_to_th
     assert shape.phase == "herd" and later(1) == (20, 20), "twice the users, all spawned at once"
     serve(shape, 500, failures=50)
     later(30)
-    assert shape.phase == "recovery" and later(0) == (10, 5.0)
+    assert shape.phase == "recovery" and later(0) == (10, 20), "back to the users in one step"
+
+
+def test_the_herds_own_visitors_leave_when_it_ends_and_the_first_users_stay(cold):
+    shape, later = cold
+    later(0)
+    first = [FakeVisitor(shape.runner) for _ in range(10)]
+    log_in(shape, 10)
+    later(1)
+    for _ in range(2):
+        serve(shape, 300)
+        later(30)
+    assert shape.phase == "herd"
+    herd = [FakeVisitor(shape.runner) for _ in range(10)]  # what locust spawns on the herd's answer
+    serve(shape, 500, failures=50)
+    later(30)
+    assert shape.phase == "recovery"
+    assert [visitor.stopped_by_force for visitor in herd] == [True] * 10, "gone at once, mid-request if need be"
+    assert [visitor.stopped_by_force for visitor in first] == [None] * 10
+    assert shape.runner.user_greenlets == [visitor.greenlet for visitor in first]
 
 
 def test_the_herd_is_over_when_a_window_after_it_meets_the_bar_and_says_how_long_that_took(cold):

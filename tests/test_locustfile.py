@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers.pages import csrf_token
@@ -381,6 +382,20 @@ class FakeStats:
 class FakeRunner:
     def __init__(self):
         self.stats, self.user_count = FakeStats(), 0
+        self.user_greenlets = []  # FakeVisitor's, where a shape looks for who is running
+
+
+class FakeVisitor:
+    """A running locust user as a shape sees it: the first argument of its greenlet, which stopping removes."""
+
+    def __init__(self, runner):
+        self.runner, self.stopped_by_force = runner, None
+        self.greenlet = SimpleNamespace(args=(self,))
+        runner.user_greenlets.append(self.greenlet)
+
+    def stop(self, force=False):
+        self.stopped_by_force = force
+        self.runner.user_greenlets.remove(self.greenlet)
 
 
 def driven(module, shape_class, settings: dict[str, str], monkeypatch):

@@ -27,8 +27,8 @@ def cold_start_table(report: dict) -> list[str]:
         f"Cold start: each stage started afresh (empty caches) and its capacity step's users arriving at "
         f"{rate:g} a second; once all have logged in, windows judged by the bar (medians, QPS with its spread). "
         "Then a herd: twice those users at once for a window, its goodput in completed tasks (a page read, "
-        "a post, a follow, a login that got through) against the cold windows', and how long after the load "
-        "came back to the capacity step's users a window met the bar again.",
+        "a post, a follow, a login that got through) against the cold windows'; then the herd's newcomers "
+        "leave at once, and how long after that a window met the bar again.",
         "",
         "| stage | users | windows met | QPS | log in p95 ms | register p95 ms | slowest page p95 ms | failures "
         "| herd: users | tasks, % of capacity | back under the bar |",

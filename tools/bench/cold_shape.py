@@ -6,8 +6,8 @@
    empty caches; once every one has logged in, ``TWEEPY_BENCH_COLD_WINDOWS`` windows of
    ``TWEEPY_BENCH_WINDOW`` seconds are each judged with the bar.
 2. **Herd**: ``TWEEPY_BENCH_HERD`` times those users at once for one window, its goodput counted in
-   completed protocol tasks; then back to the users, measured in windows of
-   ``TWEEPY_BENCH_RECOVERY_WINDOW`` seconds until one meets the bar (at most
+   completed protocol tasks; then the herd's own visitors leave at once, and windows of
+   ``TWEEPY_BENCH_RECOVERY_WINDOW`` seconds are judged until one meets the bar (at most
    ``TWEEPY_BENCH_RECOVERY_LIMIT`` seconds): how long the stage takes to return under it.
 
 Results go to ``TWEEPY_BENCH_OUT``; ``"state": "done"`` only when all of it ran.
@@ -46,6 +46,7 @@ class ColdStartAndHerd(LoadTestShape):
         self.cores = os.cpu_count() or 1
         self.phase, self.phase_started, self.began = "start", 0.0, 0.0
         self.returned_at = 0.0  # when the herd ended and the users went back to ``users``
+        self.before_herd: set[int] = set()  # the visitors running when the herd came (ids of locust users)
         self.cpu_at_start: tuple[float, float] = (0.0, 0.0)
         self.result: dict = {"users": self.users, "rate": self.rate, "windows": [], "herd": None, "recovery": []}
         self.state = "running"
@@ -63,8 +64,10 @@ class ColdStartAndHerd(LoadTestShape):
             self._write()
             return None
         self._write()
-        if self.phase == "herd":
-            return self.herd_users, self.herd_users  # all at once
+        if self.phase in ("herd", "recovery"):
+            # All at once, either way: the herd left by itself (``_herd_leaves``), and a lower rate would
+            # have locust step down from the herd's users, respawning visitors to fill each step.
+            return (self.herd_users if self.phase == "herd" else self.users), self.herd_users
         return self.users, self.rate
 
     def _length(self) -> float:
@@ -102,9 +105,11 @@ class ColdStartAndHerd(LoadTestShape):
                 self._enter("window", now)
             else:
                 self.result["cold"] = cold_summary(self.result["windows"])
+                self.before_herd = {id(user) for user in self._visitors()}
                 self._enter("herd", now)
         elif self.phase == "herd":
             self.result["herd"] = {"users": self.herd_users, **window}
+            self._herd_leaves()
             self.returned_at = now
             self._enter("recovery", now)
         else:
@@ -117,6 +122,18 @@ class ColdStartAndHerd(LoadTestShape):
                 self._finish()
             else:
                 self._enter("recovery", now)
+
+    def _visitors(self) -> list:
+        # Locust keeps each running user as its greenlet's first argument (a dead one's args are emptied).
+        return [greenlet.args[0] for greenlet in self.runner.user_greenlets if greenlet.args]
+
+    def _herd_leaves(self) -> None:
+        """The herd's own visitors go, mid-request if need be, as people closing a tab: left to locust,
+        it would stop any visitors at all, a few a second, so the load would stay above the users
+        for minutes, and the herd's newcomers who stayed would still need their first logins."""
+        for user in self._visitors():
+            if id(user) not in self.before_herd:
+                user.stop(force=True)
 
     def _finish(self) -> None:
         self.state = self.phase = "done"
