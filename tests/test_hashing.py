@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 from helpers.browser import Browser
 from helpers.pages import errors
-from helpers.stack import wait_until
 from helpers.stored import PASSWORD, add_users
 
 from tools.bench.procfs import thread_cpu_seconds
 from tweepy import auth, passwords, throttle
 from tweepy.errors import Busy
-from tweepy.hashing import HASHING_THREAD, HashingQueue, Lateness, Waiter, next_waiter, retry_after_s
+from tweepy.hashing import HASHING_THREAD, HashingQueue, Waiter, next_waiter, retry_after_s
 from tweepy.passwords import REQUEST_START
 
 
@@ -342,61 +341,3 @@ def test_the_refusal_a_hash_would_get_is_known_before_queueing_it():
     assert len(queue.waiting) == 3  # asking queued nobody
     queue.waiting.clear()
     assert isinstance(queue.refusal(received_at=time.time() - 60), Busy)  # its whole wait spent at nginx
-
-
-# Resting while logins are refused and requests begin late (PAGES_LATE_MS).
-
-
-def test_requests_begin_late_when_over_a_tenth_of_a_seconds_requests_waited_past_the_limit():
-    clock = Clock()
-    lateness = Lateness(limit_s=0.3, clock=clock)
-    for waited in [0.01] * 9 + [0.5]:
-        lateness.note(waited)
-    assert not lateness.late, "one in ten is not over a tenth"
-    lateness.note(0.5)
-    assert lateness.late
-    clock.now += 1
-    assert lateness.late, "the last whole second still counts"
-    clock.now += 1
-    assert not lateness.late, "nor does a second two seconds ago"
-
-
-def test_hashing_rests_only_while_logins_are_refused_and_requests_begin_late():
-    clock = Clock()
-    lateness = Lateness(limit_s=0.3, clock=clock)
-    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, lateness=lateness)
-    lateness.note(1.0)
-    assert queue.rest_after(0.7) == 0, "late, but nobody refused"
-    assert isinstance(queue.busy_refusal(), Busy)
-    assert queue.rest_after(0.7) == pytest.approx(0.3), "30% of the thread's time: 0.3 s after 0.7 s of hashing"
-    clock.now += 3.5
-    lateness.note(1.0)
-    assert queue.rest_after(0.7) == 0, "the last refusal is older than the wait"
-    assert HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock).rest_after(0.7) == 0
-
-
-def test_a_resting_thread_answers_its_login_at_once_and_holds_its_slot_through_the_rest():
-    lateness = Lateness(limit_s=0.3, clock=lambda: 5.0)
-    lateness.note(1.0)
-    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=True, lateness=lateness)
-    queue.busy_refusal()
-    started = time.monotonic()
-    assert queue.run(slow_hash(0.7)) == "hashed"
-    answered_s = time.monotonic() - started
-    assert queue.busy == 1, "the slot rests, still taken"
-    assert queue.seconds_per_hash > 0.8 * 0.25 + 0.2 * 0.7, "the queue counts the rest in a hash's time"
-    wait_until(lambda: queue.busy == 0, 5, "the rest ended")
-    assert time.monotonic() - started > answered_s + 0.2
-
-
-def test_with_pages_late_ms_every_request_notes_how_long_it_waited_since_nginx_got_it(make_app):
-    app = make_app(BCRYPT_IN_THREADPOOL=True, PAGES_LATE_MS=300)
-    client = app.test_client()
-    client.environ_base[REQUEST_START] = f"{time.time() - 1:.3f}"
-    client.get("/")
-    client.environ_base[REQUEST_START] = f"{time.time():.3f}"
-    client.get("/")
-    lateness = passwords._queue(app.config).lateness
-    # Begun, and of them late, across this second and the one before (the two requests may straddle them).
-    assert [before + now for before, now in zip(lateness.before, lateness.now, strict=True)] == [2, 1]
-    assert passwords._queue(make_app().config).lateness is None, "off by default"

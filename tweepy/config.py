@@ -75,13 +75,6 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",
     ),
-    Setting(
-        "PAGES_LATE_MS",
-        0,
-        "With BCRYPT_IN_THREADPOOL: while logins are refused as busy and over a tenth of a process's requests"
-        " begin this late after nginx got them, its hashing threads rest 30% of their time (0: never)",
-        minimum=0,
-    ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
         "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",

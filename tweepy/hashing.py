@@ -4,10 +4,7 @@ A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads 
 which go from one hash to the next without waiting for the event loop. A request waits for a slot
 until its deadline; the queue turns newest-first when congested, refuses at once a request that
 could not start in time (503, with a Retry-After that says how long the queue needs).
-While the queue refuses logins and the process's requests begin late (``Lateness``), its hashing
-threads rest a share of their time: past what the queue can answer, more hashes only serve more
-newcomers, and the cores go to the people already in. Every answer that hashed says where its
-time went in a Server-Timing header.
+Every answer that hashed says where its time went in a Server-Timing header.
 """
 
 from __future__ import annotations
@@ -29,10 +26,6 @@ BUSY = "Too many people are logging in right now. Nothing was sent anywhere: try
 # What a hashing thread calls itself (``top -H``, /proc/<pid>/task/<tid>/comm): the profile and the
 # benchmark count the CPU time of hashing by it, apart from everything else the process does.
 HASHING_THREAD = "tweepy-hash"
-# The share of its time a hashing thread rests while logins are refused and requests begin late.
-REST_SHARE = 0.3
-# Requests begin late when more than this share of those begun in a second waited past the limit.
-LATE_SHARE = 0.1
 
 
 class Waiter:
@@ -80,39 +73,6 @@ def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: floa
     return max(1, math.ceil(drain * spread))
 
 
-class Lateness:
-    """Whether a process's requests began late lately: more than ``LATE_SHARE`` of those begun in the
-    last whole second, or in this one, had waited over ``limit_s`` since nginx received them.
-
-    Noted by the thread serving requests and read by the hashing threads without a lock: a count
-    torn between two seconds misjudges one second, and is put right by the next."""
-
-    def __init__(self, limit_s: float, clock: Callable[[], float] = time.time) -> None:
-        self.limit_s = limit_s
-        self.clock = clock
-        self.second = int(clock())
-        self.now = [0, 0]  # begun in this second, and of them late
-        self.before = [0, 0]  # the same for the second before
-
-    def _roll(self) -> None:
-        second = int(self.clock())
-        if second != self.second:
-            self.before = self.now if second == self.second + 1 else [0, 0]
-            self.now = [0, 0]
-            self.second = second
-
-    def note(self, waited_s: float) -> None:
-        """A request begun ``waited_s`` after nginx received it."""
-        self._roll()
-        self.now[0] += 1
-        self.now[1] += waited_s > self.limit_s
-
-    @property
-    def late(self) -> bool:
-        self._roll()
-        return any(begun and late > LATE_SHARE * begun for begun, late in (self.before, self.now))
-
-
 class HashingQueue:
     """The hashing slots of one process, and the requests waiting for one.
 
@@ -132,17 +92,14 @@ class HashingQueue:
         native_threads: bool,
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
-        lateness: Lateness | None = None,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
         self.clock = clock
         self.spread = spread
-        self.lateness = lateness  # with native threads: when they rest (none: never)
         self.busy = 0
         self.waiting: deque[Waiter] = deque()
         self.last_empty = clock()  # the last time nobody waited
-        self.last_refused = -math.inf  # the last time a hash was refused
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
         self.lock = _native_lock() if native_threads else threading.Lock()
@@ -153,7 +110,6 @@ class HashingQueue:
         return bool(self.waiting) and self.clock() - self.last_empty > self.wait_s / 3
 
     def busy_refusal(self) -> Busy:
-        self.last_refused = self.clock()
         queued = self.busy + len(self.waiting)
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
@@ -224,13 +180,6 @@ class HashingQueue:
     def _learn(self, hashing_s: float) -> None:
         self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
 
-    def rest_after(self, hashing_s: float) -> float:
-        """How long a hashing thread rests after a hash of ``hashing_s``: ``REST_SHARE`` of its time while
-        the queue has refused a hash within its wait and requests begin late, else not at all."""
-        if self.lateness is None or self.clock() - self.last_refused > self.wait_s or not self.lateness.late:
-            return 0.0
-        return hashing_s * REST_SHARE / (1 - REST_SHARE)
-
     def run(self, work: Callable[..., Any], *args: Any, received_at: float | None = None) -> Any:
         """``work(*args)`` in a hashing slot; Busy if it could not start by ``wait_s`` after ``received_at``
         (nginx's clock, seconds since the epoch; now when not given)."""
@@ -272,7 +221,6 @@ class _HashingThreads:
         if monkey.is_module_patched("threading"):  # the waiting greenlets sleep on gevent's events
             self.wakeup = get_hub().loop.async_()
             self.wakeup.start(self._wake_done)
-        self.sleep = monkey.get_original("time", "sleep")  # this native thread's, never the event loop's
         start = monkey.get_original("_thread", "start_new_thread")
         for _ in range(queue.slots):  # started now, from the thread making the queue: its priority is theirs
             start(self._serve, ())
@@ -303,21 +251,15 @@ class _HashingThreads:
             return waiter
 
     def _hash(self, waiter: Waiter) -> None:
-        """Hash, answer, then rest if the queue says so, the slot still counted busy: the queue judges the
-        time ahead by a hash and its rest, and the login is answered without waiting for the rest."""
         try:
             waiter.outcome = _timed(waiter.work)
         except BaseException as error:
             waiter.error = error
-        rest_s = self.queue.rest_after(waiter.outcome[1]) if waiter.outcome else 0.0
-        if waiter.outcome:
-            with self.queue.lock:
-                self.queue._learn(waiter.outcome[1] + rest_s)
-        self._finish(waiter)
-        if rest_s:
-            self.sleep(rest_s)
         with self.queue.lock:
             self.queue.busy -= 1
+            if waiter.outcome:
+                self.queue._learn(waiter.outcome[1])
+        self._finish(waiter)
 
     def _finish(self, waiter: Waiter) -> None:
         if self.wakeup is None:

@@ -4,10 +4,9 @@ bcrypt is the costliest thing the app does, on purpose. What keeps it from hurti
 a hash never holds a database connection (``connection_given_back``); each process hashes in
 the turns of its ``HashingQueue`` (``hashing.py``), at most ``HASHING_SLOTS`` at once, on native
 threads with ``BCRYPT_IN_THREADPOOL`` (bcrypt releases the GIL), which ``PAGES_NICE`` puts ahead
-of the thread serving pages and ``PAGES_LATE_MS`` rests while logins are refused and pages begin
-late. ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the same hashes for less CPU.
-A login that cannot start hashing within ``HASH_WAIT_S`` of nginx receiving it is answered 503
-without any hash spent on it.
+of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
+same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
+receiving it is answered 503 without any hash spent on it.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import hmac
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ import bcrypt as pyca_bcrypt
 from flask import Flask, current_app, has_request_context, request
 
 from .extensions import bcrypt, db
-from .hashing import HashingQueue, Lateness, say_where_the_time_went
+from .hashing import HashingQueue, say_where_the_time_went
 
 # bcrypt reads at most 72 bytes; longer passwords are refused at registration
 # rather than silently truncated.
@@ -101,8 +99,6 @@ def init_app(app: Flask) -> None:
         name = "pyca"
     app.extensions["tweepy_bcrypt"] = LIBRARIES[name]
     app.after_request(say_where_the_time_went)
-    if app.config["PAGES_LATE_MS"] and app.config["BCRYPT_IN_THREADPOOL"]:
-        app.before_request(_note_how_late_it_began)
     _put_hashing_first(app)
 
 
@@ -112,10 +108,9 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, late_ms: int) -> HashingQueue:
+def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    lateness = Lateness(late_ms / 1000) if late_ms and native_threads else None
-    return HashingQueue(slots, wait_s, native_threads, lateness=lateness)
+    return HashingQueue(slots, wait_s, native_threads)
 
 
 def _queue(config) -> HashingQueue:
@@ -124,14 +119,7 @@ def _queue(config) -> HashingQueue:
         config["HASHING_SLOTS"],
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
-        config["PAGES_LATE_MS"],
     )
-
-
-def _note_how_late_it_began() -> None:
-    received_at = _received_at()
-    if received_at is not None:
-        _queue(current_app.config).lateness.note(time.time() - received_at)
 
 
 def _put_hashing_first(app: Flask) -> None:
