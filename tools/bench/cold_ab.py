@@ -86,7 +86,7 @@ def readme(runs: list[dict], about: dict) -> str:
         f"Each run: the stage started afresh (empty caches){network_of(plan)}, {runs[0]['users']} users arriving at "
         f"{plan.cold_rate:g} a second, {plan.cold_windows} window{'s' if plan.cold_windows != 1 else ''} of "
         f"{plan.window_s:g} s once all had logged in, each judged by the bar, then a herd of "
-        f"{round(plan.herd * runs[0]['users']):,} users for a window and the load back. Run in the "
+        f"{round(plan.herd * runs[0]['users']):,} users for a window, whose newcomers then left at once. Run in the "
         f"order {order}; the host's hashes a second (pyca / libxcrypt) probed before each run. Medians of the "
         "windows, QPS with its range; `cold.json` holds every window. Made by "
         "`python -m tools.bench.cold_ab` (`make cold`).",
