@@ -273,6 +273,18 @@ def test_a_refusal_from_a_long_queue_asks_for_a_longer_wait_than_one_from_a_shor
     assert refusal_after(4) < refusal_after(20) == 11
 
 
+def test_a_refusal_asks_for_time_enough_for_everyone_refused_within_the_wait():
+    """Those refused lately come back too: a refusal's wait covers their hashes as well, so a herd told to
+    come back returns spread over the time its hashes take, not all within a few seconds."""
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, spread=lambda: 1.0)
+    queue.seconds_per_hash = 0.2
+    answers = [queue.busy_refusal().retry_after for _ in range(50)]
+    assert answers[0] == 1 and answers[-1] == 5, "the 50th refused is told 50 hashes on 2 slots: 5 s"
+    clock.now += 3.5
+    assert queue.busy_refusal().retry_after == 1, "refusals older than the wait are forgotten"
+
+
 def test_an_answer_that_hashed_says_where_its_time_went(app):
     add_users(app, "alice")
     response = Browser(app.test_client()).login("alice", PASSWORD)

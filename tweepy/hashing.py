@@ -3,7 +3,8 @@
 A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them,
 which go from one hash to the next without waiting for the event loop. A request waits for a slot
 until its deadline; the queue turns newest-first when congested, refuses at once a request that
-could not start in time (503, with a Retry-After that says how long the queue needs).
+could not start in time (503, with a Retry-After that says how long the queue needs, counting
+everyone refused within the wait, who will come back too).
 Every answer that hashed says where its time went in a Server-Timing header.
 """
 
@@ -67,7 +68,7 @@ def _set_given(waiter: Waiter) -> None:
 
 
 def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: float) -> int:
-    """Seconds a refused person should wait: long enough for the hashes queued now to be done, times
+    """Seconds a refused person should wait: long enough for ``queued`` hashes to be done, times
     ``spread`` (1 to 2, drawn per refusal) so that the refused do not all come back together."""
     drain = queued * seconds_per_hash / max(1, slots)
     return max(1, math.ceil(drain * spread))
@@ -79,7 +80,9 @@ class HashingQueue:
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
     goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
     the newest. A request that could not start before its deadline given the queue ahead of it is
-    refused at once; every refusal says, in Retry-After, how long the queue needs to drain.
+    refused at once; every refusal says, in Retry-After, how long the queue needs to drain, counting
+    everyone refused within the last ``wait_s``: they come back too, and in a herd of logins most
+    are refused before they ever queue (their wait spent before they reach the app).
 
     With native threads, each slot is a thread that takes the next waiter's work itself as soon as
     a hash ends, and only the answer goes back through the event loop: under gevent a busy loop can
@@ -100,6 +103,7 @@ class HashingQueue:
         self.busy = 0
         self.waiting: deque[Waiter] = deque()
         self.last_empty = clock()  # the last time nobody waited
+        self.refused: deque[float] = deque()  # when hashes were refused, within the last wait
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
         self.lock = _native_lock() if native_threads else threading.Lock()
@@ -110,7 +114,11 @@ class HashingQueue:
         return bool(self.waiting) and self.clock() - self.last_empty > self.wait_s / 3
 
     def busy_refusal(self) -> Busy:
-        queued = self.busy + len(self.waiting)
+        now = self.clock()
+        self.refused.append(now)
+        while self.refused[0] < now - self.wait_s:
+            self.refused.popleft()
+        queued = self.busy + len(self.waiting) + len(self.refused)
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
     def _refuses(self, now: float, deadline: float) -> bool:
