@@ -130,7 +130,8 @@ class ColdStartAndHerd(LoadTestShape):
     def _herd_leaves(self) -> None:
         """The herd's own visitors go, mid-request if need be, as people closing a tab: left to locust,
         it would stop any visitors at all, a few a second, so the load would stay above the users
-        for minutes, and the herd's newcomers who stayed would still need their first logins."""
+        for minutes, and the herd's newcomers who stayed would still need their first logins. A master
+        of locust's worker processes holds no users: there the workers stop any, all at once."""
         for user in self._visitors():
             if id(user) not in self.before_herd:
                 user.stop(force=True)
