@@ -64,10 +64,12 @@ class ColdStartAndHerd(LoadTestShape):
             self._write()
             return None
         self._write()
-        if self.phase in ("herd", "recovery"):
-            # All at once, either way: the herd left by itself (``_herd_leaves``), and a lower rate would
-            # have locust step down from the herd's users, respawning visitors to fill each step.
-            return (self.herd_users if self.phase == "herd" else self.users), self.herd_users
+        if self.phase == "herd":
+            return self.herd_users, self.herd_users  # all at once
+        if self.phase == "recovery":
+            # In one step: the herd left by itself (``_herd_leaves``), and a lower rate would have locust
+            # step down from the herd's users, respawning visitors to fill each step.
+            return self.users, self.herd_users
         return self.users, self.rate
 
     def _length(self) -> float:
