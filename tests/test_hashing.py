@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from helpers.browser import Browser
 from helpers.pages import errors
-from helpers.stack import wait_until
 from helpers.stored import PASSWORD, add_users
 
 from tools.bench.procfs import thread_cpu_seconds
@@ -354,47 +353,3 @@ def test_the_refusal_a_hash_would_get_is_known_before_queueing_it():
     assert len(queue.waiting) == 3  # asking queued nobody
     queue.waiting.clear()
     assert isinstance(queue.refusal(received_at=time.time() - 60), Busy)  # its whole wait spent at nginx
-
-
-# Resting in a herd of logins (HERD_REST).
-
-
-def test_hashing_rests_only_while_more_were_refused_within_the_wait_than_the_slots_hash_in_it():
-    clock = Clock()
-    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, herd_rest=0.3)
-    queue.seconds_per_hash = 0.2  # two slots hash 30 in a wait of 3 s
-    for _ in range(30):
-        queue.busy_refusal()
-    assert queue.rest_after(0.7) == 0, "as many refused as the slots could hash: a busy minute, not a herd"
-    queue.busy_refusal()
-    assert queue.rest_after(0.7) == pytest.approx(0.3), "30% of the thread's time: 0.3 s after 0.7 s of hashing"
-    clock.now += 3.5
-    assert queue.rest_after(0.7) == 0, "every refusal is older than the wait"
-    assert len(queue.refused) == 0, "and forgotten"
-
-
-def test_hashing_never_rests_without_herd_rest():
-    clock = Clock()
-    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
-    for _ in range(1000):
-        queue.busy_refusal()
-    assert queue.rest_after(0.7) == 0
-
-
-def test_a_resting_thread_answers_its_login_at_once_and_holds_its_slot_through_the_rest():
-    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=True, herd_rest=0.5)
-    for _ in range(100):
-        queue.busy_refusal()
-    started = time.monotonic()
-    assert queue.run(slow_hash(0.4)) == "hashed"
-    answered_s = time.monotonic() - started
-    assert queue.busy == 1, "the slot rests, still taken"
-    assert queue.seconds_per_hash > 0.8 * 0.25 + 0.2 * 0.4 + 0.2 * 0.3, "the queue counts the rest in a hash's time"
-    wait_until(lambda: queue.busy == 0, 5, "the rest ended")
-    assert time.monotonic() - started > answered_s + 0.3, "it rested as long as it hashed"
-
-
-def test_with_herd_rest_each_process_queue_rests_its_hashing_threads(make_app):
-    assert passwords._queue(make_app(BCRYPT_IN_THREADPOOL=True, HERD_REST=0.3).config).herd_rest == 0.3
-    assert passwords._queue(make_app(HERD_REST=0.3).config).herd_rest == 0, "no threads of its own to rest"
-    assert passwords._queue(make_app(BCRYPT_IN_THREADPOOL=True).config).herd_rest == 0, "off by default"

@@ -57,13 +57,6 @@ def test_a_setting_is_read_as_its_default_is_typed_and_checked_against_its_minim
     assert config.Setting("SQLITE_TUNED", False, "").read({"TWEEPY_SQLITE_TUNED": "on"}) is True
 
 
-def test_a_share_is_refused_at_its_bound():
-    share = config.Setting("HERD_REST", 0.0, "", minimum=0.0, below=1.0)
-    assert share.read({"TWEEPY_HERD_REST": "0.3"}) == 0.3
-    with pytest.raises(ValueError, match="must be below 1"):
-        share.read({"TWEEPY_HERD_REST": "1"})
-
-
 def test_the_readme_lists_every_setting_as_declared():
     assert settings.readme_block(settings.README.read_text()) == settings.table(), (
         "run `python -m tools.settings --write`"

@@ -26,7 +26,6 @@ class Setting:
     default: Any
     help: str
     minimum: float | None = None  # numbers only: smaller values are refused
-    below: float | None = None  # numbers only: this and larger values are refused
 
     @property
     def variable(self) -> str:
@@ -48,8 +47,6 @@ class Setting:
             raise ValueError(f"{self.variable}={raw!r} is not a number") from None
         if self.minimum is not None and not value >= self.minimum:  # also refuses NaN
             raise ValueError(f"{self.variable}={raw!r} must be at least {self.minimum:g}")
-        if self.below is not None and not value < self.below:
-            raise ValueError(f"{self.variable}={raw!r} must be below {self.below:g}")
         return value
 
     def read(self, environ: Mapping[str, str] | None = None) -> Any:
@@ -77,14 +74,6 @@ SETTINGS: tuple[Setting, ...] = (
         "PAGES_NICE",
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",
-    ),
-    Setting(
-        "HERD_REST",
-        0.0,
-        "With BCRYPT_IN_THREADPOOL: the share of their time the hashing threads rest while a process refuses"
-        " more logins within HASH_WAIT_S than its slots hash in that time, so pages keep a core (0: never)",
-        minimum=0.0,
-        below=1.0,
     ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(

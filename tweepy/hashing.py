@@ -4,9 +4,7 @@ A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads 
 which go from one hash to the next without waiting for the event loop. A request waits for a slot
 until its deadline; the queue turns newest-first when congested, refuses at once a request that
 could not start in time (503, with a Retry-After that says how long the queue needs, counting
-everyone refused within the wait, who will come back too). While it refuses more within a wait
-than its slots hash in one (a herd), its threads may rest a share of their time (``herd_rest``):
-more hashes would only let in more newcomers, and the rest keeps a core for the people already in.
+everyone refused within the wait, who will come back too).
 Every answer that hashed says where its time went in a Server-Timing header.
 """
 
@@ -97,13 +95,11 @@ class HashingQueue:
         native_threads: bool,
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
-        herd_rest: float = 0.0,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
         self.clock = clock
         self.spread = spread
-        self.herd_rest = herd_rest  # the share of their time the hashing threads rest in a herd
         self.busy = 0
         self.waiting: deque[Waiter] = deque()
         self.last_empty = clock()  # the last time nobody waited
@@ -117,15 +113,11 @@ class HashingQueue:
     def congested(self) -> bool:
         return bool(self.waiting) and self.clock() - self.last_empty > self.wait_s / 3
 
-    def _refused_within_the_wait(self, now: float) -> int:
-        while self.refused and self.refused[0] < now - self.wait_s:
-            self.refused.popleft()
-        return len(self.refused)
-
     def busy_refusal(self) -> Busy:
         now = self.clock()
         self.refused.append(now)
-        self._refused_within_the_wait(now)
+        while self.refused[0] < now - self.wait_s:
+            self.refused.popleft()
         queued = self.busy + len(self.waiting) + len(self.refused)
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
@@ -196,14 +188,6 @@ class HashingQueue:
     def _learn(self, hashing_s: float) -> None:
         self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
 
-    def rest_after(self, hashing_s: float) -> float:
-        """How long a hashing thread rests after a hash of ``hashing_s``: ``herd_rest`` of its time while more
-        were refused within the wait than the slots hash in one (at capacity a few are; in a herd hundreds)."""
-        with self.lock:
-            hashable = self.slots * self.wait_s / self.seconds_per_hash
-            herd = self._refused_within_the_wait(self.clock()) > hashable
-        return hashing_s * self.herd_rest / (1 - self.herd_rest) if herd else 0.0
-
     def run(self, work: Callable[..., Any], *args: Any, received_at: float | None = None) -> Any:
         """``work(*args)`` in a hashing slot; Busy if it could not start by ``wait_s`` after ``received_at``
         (nginx's clock, seconds since the epoch; now when not given)."""
@@ -242,7 +226,6 @@ class _HashingThreads:
         self.bell = monkey.get_original("queue", "SimpleQueue")()  # blocks a native thread, never a greenlet
         self.done: deque[Waiter] = deque()  # answered or refused, for the event loop to wake
         self.wakeup = None
-        self.sleep = monkey.get_original("time", "sleep")  # this native thread's, never the event loop's
         if monkey.is_module_patched("threading"):  # the waiting greenlets sleep on gevent's events
             self.wakeup = get_hub().loop.async_()
             self.wakeup.start(self._wake_done)
@@ -276,23 +259,15 @@ class _HashingThreads:
             return waiter
 
     def _hash(self, waiter: Waiter) -> None:
-        """Hash, answer, then rest if the queue says so, the slot still taken: the queue judges the time
-        ahead by a hash and its rest, and the login is answered without waiting for the rest."""
         try:
             waiter.outcome = _timed(waiter.work)
         except BaseException as error:
             waiter.error = error
-        rest_s = self.queue.rest_after(waiter.outcome[1]) if waiter.outcome and self.queue.herd_rest else 0.0
         with self.queue.lock:
+            self.queue.busy -= 1
             if waiter.outcome:
-                self.queue._learn(waiter.outcome[1] + rest_s)
-            if not rest_s:
-                self.queue.busy -= 1
+                self.queue._learn(waiter.outcome[1])
         self._finish(waiter)
-        if rest_s:
-            self.sleep(rest_s)
-            with self.queue.lock:
-                self.queue.busy -= 1
 
     def _finish(self, waiter: Waiter) -> None:
         if self.wakeup is None:

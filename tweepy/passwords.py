@@ -4,9 +4,9 @@ bcrypt is the costliest thing the app does, on purpose. What keeps it from hurti
 a hash never holds a database connection (``connection_given_back``); each process hashes in
 the turns of its ``HashingQueue`` (``hashing.py``), at most ``HASHING_SLOTS`` at once, on native
 threads with ``BCRYPT_IN_THREADPOOL`` (bcrypt releases the GIL), which ``PAGES_NICE`` puts ahead
-of the thread serving pages and ``HERD_REST`` rests in a herd of logins; ``BCRYPT_LIBRARY=libxcrypt``
-hashes with the system's bcrypt, the same hashes for less CPU. A login that cannot start hashing
-within ``HASH_WAIT_S`` of nginx receiving it is answered 503 without any hash spent on it.
+of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
+same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
+receiving it is answered 503 without any hash spent on it.
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, herd_rest: float) -> HashingQueue:
+def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads, herd_rest=herd_rest if native_threads else 0.0)
+    return HashingQueue(slots, wait_s, native_threads)
 
 
 def _queue(config) -> HashingQueue:
@@ -119,7 +119,6 @@ def _queue(config) -> HashingQueue:
         config["HASHING_SLOTS"],
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
-        config["HERD_REST"],
     )
 
 
