@@ -181,12 +181,17 @@ def test_a_part_alone_never_publishes(tmp_path):
     assert not report.write_reports(a_part(1, *PART_1), folder, root=root)
 
 
+def on_cpu(part: dict, cpu: str) -> dict:
+    return {**part, "machine": {**part["machine"], "cpu": cpu}}
+
+
 @pytest.mark.parametrize(
     "parts, refusal",
     [
         (lambda: [a_part(1, *PART_1), a_part(1, *PART_2)], "expected each of 1/2 .. 2/2 once"),
         (lambda: [a_part(1, *PART_1), {**a_part(2, *PART_2), "bar": {"max_p95_ms": 5000}}], "another plan or bar"),
         (lambda: [a_part(1, *PART_1), {**a_report(), "plan": {}}], "must be a part of a split run"),
+        (lambda: [a_part(1, *PART_1), on_cpu(a_part(2, *PART_2), "Intel Xeon")], "one ladder needs one kind"),
     ],
 )
 def test_parts_that_do_not_make_one_ladder_are_refused_in_words(parts, refusal):

@@ -2,8 +2,9 @@
 (``--split``) measures its share of the stages and a control stage, the same stage in every
 part (for its capacity only, where it is not the part's own share); ``compose`` makes one ladder
 of the parts, each stage read as a ratio to the control measured in its own part, since parts may
-come from different hosts or hours. A composed report publishes only when, across its parts, every
-stage was measured (``publishing``)."""
+come from different hosts or hours, though of one kind (CPU and cores: how a stage fares against
+the control moves with it). A composed report publishes only when, across its parts, every stage
+was measured (``publishing``)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,11 @@ def control_of(report: dict, control: int = CONTROL) -> dict | None:
     return capacity_of(rows[0]["steps"], bar_of(report))[1]
 
 
+def _kind_of_host(report: dict) -> str:
+    machine = report["machine"]
+    return f"{machine['cpu']} with {machine['cores']} cores"
+
+
 def compose(parts: list[dict], folders: list[str], date: str, commit: str) -> dict:
     """One ladder from the results of parts ``1/n`` .. ``n/n``: each stage from the part whose share it is,
     with its part's control beside it. Parts that do not make one ladder are refused in words."""
@@ -80,6 +86,11 @@ def compose(parts: list[dict], folders: list[str], date: str, commit: str) -> di
         differing = [key for key in SAME_IN_EVERY_PART if part["plan"].get(key) != first["plan"].get(key)]
         if differing or part.get("bar") != first.get("bar"):
             raise ValueError(f"{folder} was measured with another plan or bar ({', '.join(differing) or 'bar'})")
+        if _kind_of_host(part) != _kind_of_host(first):
+            raise ValueError(
+                f"{folder} ran on {_kind_of_host(part)}, {numbered[0][2]} on {_kind_of_host(first)}: "
+                "a stage's ratio to the control moves with the kind of host, so one ladder needs one kind"
+            )
     every = [s.number for s in stages.all_stages()]
     rows, described = [], []
     for (k, _), part, folder in numbered:
