@@ -81,14 +81,15 @@ def compose(parts: list[dict], folders: list[str], date: str, commit: str) -> di
     n = numbered[0][0][1]
     if [kn for kn, _, _ in numbered] != [(k, n) for k in range(1, n + 1)]:
         raise ValueError(f"the parts are {', '.join(splits)}: expected each of 1/{n} .. {n}/{n} once")
-    first = numbered[0][1]
+    _, first, first_folder = numbered[0]
+    first_host = _kind_of_host(first)
     for _, part, folder in numbered[1:]:
         differing = [key for key in SAME_IN_EVERY_PART if part["plan"].get(key) != first["plan"].get(key)]
         if differing or part.get("bar") != first.get("bar"):
             raise ValueError(f"{folder} was measured with another plan or bar ({', '.join(differing) or 'bar'})")
-        if _kind_of_host(part) != _kind_of_host(first):
+        if (host := _kind_of_host(part)) != first_host:
             raise ValueError(
-                f"{folder} ran on {_kind_of_host(part)}, {numbered[0][2]} on {_kind_of_host(first)}: "
+                f"{folder} ran on {host}, {first_folder} on {first_host}: "
                 "a stage's ratio to the control moves with the kind of host, so one ladder needs one kind"
             )
     every = [s.number for s in stages.all_stages()]
