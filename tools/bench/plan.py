@@ -62,7 +62,7 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         overload_max_users=20,
         ceiling_s=2,
         ceiling_users=10,
-        spawn_share=0.25,  # the probe can say less than a hash costs under load (1.44 times on an Intel Xeon)
+        spawn_share=0.25,  # a hash under load can cost more than the probe's, and first logins must not queue
         capacity_windows=2,  # one window again: the median's code runs, the ladder stays short
         cold_windows=1,
         recovery_window_s=4,
