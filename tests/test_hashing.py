@@ -126,6 +126,38 @@ def test_a_registration_that_cannot_hash_in_time_stores_nothing(app):
     assert Browser(app.test_client()).login("carol").status_code == 401
 
 
+def test_only_a_login_from_a_device_the_account_knows_hashes_in_the_lane_served_first(make_app, monkeypatch):
+    app = make_app(HASH_KNOWN_DEVICES_FIRST=True)
+    add_users(app, "alice", "bob")
+    lanes = []
+    run = HashingQueue.run
+
+    def noting_the_lane(self, work, *args, received_at=None, known=False):
+        lanes.append(known)
+        return run(self, work, *args, received_at=received_at, known=known)
+
+    monkeypatch.setattr(HashingQueue, "run", noting_the_lane)
+    alices_phone = Browser(app.test_client())
+    assert alices_phone.login("alice", PASSWORD).status_code == 303  # a new device: the device cookie is set
+    alices_phone.logout()
+    assert alices_phone.login("alice", PASSWORD).status_code == 303  # now a device alice's account knows
+    alices_phone.logout()
+    assert alices_phone.login("bob", PASSWORD).status_code == 303  # a device bob's account does not know
+    assert lanes == [False, True, False]
+
+
+def test_without_the_setting_every_login_hashes_in_one_lane(app, monkeypatch):
+    add_users(app, "alice")
+    lanes = []
+    run = HashingQueue.run
+    monkeypatch.setattr(HashingQueue, "run", lambda self, *a, **kw: lanes.append(kw["known"]) or run(self, *a, **kw))
+    phone = Browser(app.test_client())
+    for _ in range(2):
+        assert phone.login("alice", PASSWORD).status_code == 303
+        phone.logout()
+    assert lanes == [False, False]
+
+
 def test_with_native_threads_the_hash_runs_off_the_thread_serving_requests():
     queue = HashingQueue(slots=1, wait_s=1.0, native_threads=True)
     assert queue.run(threading.get_native_id) != threading.get_native_id()
@@ -252,6 +284,55 @@ def test_a_waiter_killed_after_it_was_handed_a_slot_passes_the_slot_on():
     with pytest.raises(KeyboardInterrupt):
         queue._wait(waiter)
     assert queue.busy == 0
+
+
+def test_a_freed_slot_goes_to_a_device_the_account_knows_before_anyone_who_waited_longer():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    queue._take(clock.now + 3)  # the slot
+    newcomers = [queue._take(clock.now + 3) for _ in range(2)]
+    returning = queue._take(clock.now + 3, known=True)
+    queue._give_back()
+    assert returning.handed and not any(w.handed for w in newcomers)
+    queue._give_back()
+    assert newcomers[0].handed  # then the other lane, oldest first while the queue is short
+
+
+def test_a_known_device_is_admitted_past_a_queue_of_newcomers_that_would_refuse_another_newcomer():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    queue.seconds_per_hash = 0.25
+    queue._take(clock.now + 3)
+    for _ in range(20):  # five seconds of newcomers' hashing ahead
+        queue._take(clock.now + 100)
+    with pytest.raises(Busy):
+        queue._take(clock.now + 3)
+    assert isinstance(queue._take(clock.now + 3, known=True), Waiter)
+    assert queue.refusal(known=True) is None and queue.refusal() is not None
+
+
+def test_a_newcomer_counts_the_known_devices_waiting_ahead_of_it():
+    clock = Clock()
+    queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)
+    queue.seconds_per_hash = 0.25
+    queue._take(clock.now + 3)
+    for _ in range(20):
+        queue._take(clock.now + 100, known=True)
+    clock.now += 2  # congested: newest first within a lane, but the known lane still goes first
+    with pytest.raises(Busy):
+        queue._take(clock.now + 3)
+    assert isinstance(queue._take(clock.now + 3, known=True), Waiter)
+
+
+def test_a_refused_known_device_is_told_the_time_its_own_lane_needs():
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, spread=lambda: 1.0)
+    queue.seconds_per_hash = 0.3
+    queue.busy = 2
+    queue.waiting.extend(Waiter(clock.now + 100) for _ in range(38))
+    queue.waiting.extend(Waiter(clock.now + 100, known=True) for _ in range(8))
+    assert queue.busy_refusal(known=True).retry_after == 2  # (2 hashing + 8 waiting + itself) * 0.3 / 2
+    assert queue.busy_refusal().retry_after == 8  # its lane comes after the known one, and 38 more
 
 
 def test_retry_after_is_the_time_the_queue_needs_to_drain_spread_up_to_twice_that():

@@ -94,16 +94,17 @@ def login():
     if not form.validate_on_submit():
         return render_template("login.html", form=form), 400 if request.method == "POST" else 200
     name = form.name.data
+    device = devices.known_device(name)
     try:
-        refuse_if_busy()
-        attempt = throttle.begin_login(name, throttle.client_address(), devices.known_device(name))
+        refuse_if_busy(known_device=device is not None)
+        attempt = throttle.begin_login(name, throttle.client_address(), device)
     except TooMany as refusal:
         return refused_form("login.html", form, form.password, refusal)
     found = queries.credentials_of(name)
     account, password_hash = found if found else (None, None)
     try:
         with connection_given_back():
-            matches = password_matches(password_hash, form.password.data)
+            matches = password_matches(password_hash, form.password.data, known_device=device is not None)
     except Busy as busy:
         attempt.withdraw()  # never tried
         return refused_form("login.html", form, form.password, busy)

@@ -71,6 +71,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HASHING_SLOTS", 1, "Passwords a process hashes at once (its native threads, with BCRYPT_IN_THREADPOOL)"),
     Setting("HASH_WAIT_S", 3.0, "Longest a login waits for a hashing slot, from when nginx got it; then 503"),
     Setting(
+        "HASH_KNOWN_DEVICES_FIRST",
+        False,
+        "Logins from a device the account knows (its device cookie) wait in a lane served before everyone else's",
+    ),
+    Setting(
         "PAGES_NICE",
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",

@@ -2,10 +2,11 @@
 
 A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them,
 which go from one hash to the next without waiting for the event loop. A request waits for a slot
-until its deadline; the queue turns newest-first when congested, refuses at once a request that
-could not start in time (503, with a Retry-After that says how long the queue needs, counting
-everyone refused within the wait, who will come back too).
-Every answer that hashed says where its time went in a Server-Timing header.
+until its deadline; when congested, the queue turns newest-first. It refuses at once a request
+that could not start in time (503, with a Retry-After that says how long the queue needs, counting
+everyone refused within the wait, who will come back too). Logins from a device the account knows
+wait in a lane of their own, served first: in a herd of newcomers, the people already using the
+site still get in. Every answer that hashed says where its time went (Server-Timing).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flask import g, has_request_context
@@ -33,10 +34,11 @@ class Waiter:
     """A request waiting for a hashing slot: when it must start by, whether a slot was handed to it, and,
     on a hashing thread, the work it brings and what came of it."""
 
-    __slots__ = ("deadline", "given", "handed", "work", "started", "outcome", "error")
+    __slots__ = ("deadline", "known", "given", "handed", "work", "started", "outcome", "error")
 
-    def __init__(self, deadline: float, work: Callable[[], Any] | None = None) -> None:
+    def __init__(self, deadline: float, work: Callable[[], Any] | None = None, known: bool = False) -> None:
         self.deadline = deadline  # monotonic seconds; past it, the request is refused unhashed
+        self.known = known  # a login from a device the account knows: in the lane served first
         # Set when the slot is handed over (or, on a hashing thread, once the work is done), or to refuse.
         self.given = threading.Event()  # gevent's under monkey-patching: the greenlet sleeps on it
         self.handed = False  # a slot is this waiter's (False when woken only to be refused)
@@ -67,6 +69,47 @@ def _set_given(waiter: Waiter) -> None:
     waiter.given.set()
 
 
+class Lanes:
+    """The waiters of a queue in two lanes: logins from devices their accounts know, then everyone else."""
+
+    def __init__(self) -> None:
+        self.known: deque[Waiter] = deque()
+        self.others: deque[Waiter] = deque()
+
+    def lane(self, known: bool) -> deque[Waiter]:
+        return self.known if known else self.others
+
+    def append(self, waiter: Waiter) -> None:
+        self.lane(waiter.known).append(waiter)
+
+    def extend(self, waiters: Iterable[Waiter]) -> None:
+        for waiter in waiters:
+            self.append(waiter)
+
+    def remove(self, waiter: Waiter) -> None:
+        self.lane(waiter.known).remove(waiter)
+
+    def clear(self) -> None:
+        self.known.clear()
+        self.others.clear()
+
+    def __contains__(self, waiter: Waiter) -> bool:
+        return waiter in self.lane(waiter.known)
+
+    def __len__(self) -> int:
+        return len(self.known) + len(self.others)
+
+    def next(self, now: float, congested: bool, wake: Callable[[Waiter], None] | None = None) -> Waiter | None:
+        """``next_waiter`` of the known lane, else of the other."""
+        return next_waiter(self.known, now, congested, wake) or next_waiter(self.others, now, congested, wake)
+
+    def ahead_of(self, known: bool, congested: bool) -> int:
+        """Hashes to be done before a waiter joining a lane now starts, the freed slot it gets included:
+        the known lane is served first; within a lane, the newest is served first while congested."""
+        in_lane = 1 if congested else len(self.lane(known)) + 1
+        return in_lane if known else len(self.known) + in_lane
+
+
 def retry_after_s(queued: int, slots: int, seconds_per_hash: float, spread: float) -> int:
     """Seconds a refused person should wait: long enough for ``queued`` hashes to be done, times
     ``spread`` (1 to 2, drawn per refusal) so that the refused do not all come back together."""
@@ -78,11 +121,12 @@ class HashingQueue:
     """The hashing slots of one process, and the requests waiting for one.
 
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
-    goes to the oldest waiter; once the queue has not been empty for ``wait_s / 3`` (congested), to
-    the newest. A request that could not start before its deadline given the queue ahead of it is
-    refused at once; every refusal says, in Retry-After, how long the queue needs to drain, counting
-    everyone refused within the last ``wait_s``: they come back too, and in a herd of logins most
-    are refused before they ever queue (their wait spent before they reach the app).
+    goes to the oldest waiter of the known lane, else of the other; once the queue has not been
+    empty for ``wait_s / 3`` (congested), to the newest. A request that could not start before its
+    deadline given the queue ahead of it is refused at once; every refusal says, in Retry-After, how
+    long its lane needs to drain, counting everyone refused within the last ``wait_s``: they come
+    back too, and in a herd of logins most are refused before they ever queue (their wait spent
+    before they reach the app).
 
     With native threads, each slot is a thread that takes the next waiter's work itself as soon as
     a hash ends, and only the answer goes back through the event loop: under gevent a busy loop can
@@ -101,9 +145,10 @@ class HashingQueue:
         self.clock = clock
         self.spread = spread
         self.busy = 0
-        self.waiting: deque[Waiter] = deque()
+        self.waiting = Lanes()
         self.last_empty = clock()  # the last time nobody waited
-        self.refused: deque[float] = deque()  # when hashes were refused, within the last wait
+        # When hashes were refused within the last wait, by lane (known devices', then the others').
+        self.refused: dict[bool, deque[float]] = {True: deque(), False: deque()}
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
         self.lock = _native_lock() if native_threads else threading.Lock()
@@ -113,30 +158,34 @@ class HashingQueue:
     def congested(self) -> bool:
         return bool(self.waiting) and self.clock() - self.last_empty > self.wait_s / 3
 
-    def busy_refusal(self) -> Busy:
+    def busy_refusal(self, known: bool = False) -> Busy:
+        """A refusal whose Retry-After is the time to hash what is ahead in its lane, counting everyone
+        refused within the wait there (they come back): a known device waits for its own lane only."""
         now = self.clock()
-        self.refused.append(now)
-        while self.refused[0] < now - self.wait_s:
-            self.refused.popleft()
-        queued = self.busy + len(self.waiting) + len(self.refused)
+        self.refused[known].append(now)
+        for refused in self.refused.values():
+            while refused and refused[0] < now - self.wait_s:
+                refused.popleft()
+        queued = self.busy + len(self.waiting.known) + len(self.refused[True])
+        if not known:
+            queued += len(self.waiting.others) + len(self.refused[False])
         return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
 
-    def _refuses(self, now: float, deadline: float) -> bool:
-        """Whether a hash queued now could not start by ``deadline``: with no slot free, the one it can
-        hope for is the next to free while congested (newest first), else its turn."""
+    def _refuses(self, now: float, deadline: float, known: bool) -> bool:
+        """Whether a hash queued now could not start by ``deadline``, given the hashes ahead of it."""
         if self.busy + len(self.waiting) < self.slots and deadline > now:
             return False
-        ahead = 1 if self.congested else len(self.waiting) + 1
-        return now + ahead * self.seconds_per_hash / self.slots > deadline
+        return now + self.waiting.ahead_of(known, self.congested) * self.seconds_per_hash / self.slots > deadline
 
-    def refusal(self, received_at: float | None = None) -> Busy | None:
+    def refusal(self, received_at: float | None = None, known: bool = False) -> Busy | None:
         """The refusal a hash asked for now would get at once, or None: asked before a request does any
         work that the refusal would waste."""
         with self.lock:
             now = self.clock()
-            return self.busy_refusal() if self._refuses(now, now - _waited(received_at) + self.wait_s) else None
+            deadline = now - _waited(received_at) + self.wait_s
+            return self.busy_refusal(known) if self._refuses(now, deadline, known) else None
 
-    def _take(self, deadline: float, work: Callable[[], Any] | None = None) -> Waiter | None:
+    def _take(self, deadline: float, work: Callable[[], Any] | None = None, known: bool = False) -> Waiter | None:
         """A slot at once (None), or a place in the queue (a Waiter); Busy when it could not start in time.
 
         With hashing threads every request queues (a free thread takes it at once)."""
@@ -147,9 +196,9 @@ class HashingQueue:
                 if self.busy < self.slots and deadline > now and not self.threads:
                     self.busy += 1
                     return None
-            if self._refuses(now, deadline):
-                raise self.busy_refusal()
-            waiter = Waiter(deadline, work)
+            if self._refuses(now, deadline, known):
+                raise self.busy_refusal(known)
+            waiter = Waiter(deadline, work, known)
             self.waiting.append(waiter)
         if self.threads:
             self.threads.ring()
@@ -171,12 +220,12 @@ class HashingQueue:
                 return
             if waiter in self.waiting:
                 self.waiting.remove(waiter)
-            raise self.busy_refusal()
+            raise self.busy_refusal(waiter.known)
 
     def _give_back(self) -> None:
         with self.lock:
             now = self.clock()
-            waiter = next_waiter(self.waiting, now, self.congested)
+            waiter = self.waiting.next(now, self.congested)
             if waiter is None:
                 self.busy -= 1
             else:
@@ -188,21 +237,21 @@ class HashingQueue:
     def _learn(self, hashing_s: float) -> None:
         self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * hashing_s
 
-    def run(self, work: Callable[..., Any], *args: Any, received_at: float | None = None) -> Any:
+    def run(self, work: Callable[..., Any], *args: Any, received_at: float | None = None, known: bool = False) -> Any:
         """``work(*args)`` in a hashing slot; Busy if it could not start by ``wait_s`` after ``received_at``
-        (nginx's clock, seconds since the epoch; now when not given)."""
+        (nginx's clock, seconds since the epoch; now when not given). ``known``: in the lane served first."""
         entered = self.clock()
         waited = _waited(received_at)
         deadline = entered - waited + self.wait_s
         if self.threads:
-            waiter = self._take(deadline, functools.partial(work, *args))
+            waiter = self._take(deadline, functools.partial(work, *args), known)
             self._wait(waiter)  # handed to a thread: it waits on until its work is done
             waiter.given.wait()
             if waiter.error is not None:
                 raise waiter.error
             (result, hashing_s), started = waiter.outcome, waiter.started
         else:
-            waiter = self._take(deadline)
+            waiter = self._take(deadline, known=known)
             if waiter is not None:
                 self._wait(waiter)
             try:
@@ -250,7 +299,7 @@ class _HashingThreads:
         queue = self.queue
         with queue.lock:
             now = queue.clock()
-            waiter = next_waiter(queue.waiting, now, queue.congested, wake=self._finish)
+            waiter = queue.waiting.next(now, queue.congested, wake=self._finish)
             if waiter is not None:
                 waiter.handed, waiter.started = True, now
                 queue.busy += 1

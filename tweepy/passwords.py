@@ -6,7 +6,8 @@ the turns of its ``HashingQueue`` (``hashing.py``), at most ``HASHING_SLOTS`` at
 threads with ``BCRYPT_IN_THREADPOOL`` (bcrypt releases the GIL), which ``PAGES_NICE`` puts ahead
 of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
 same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
-receiving it is answered 503 without any hash spent on it.
+receiving it is answered 503 without any hash spent on it; with ``HASH_KNOWN_DEVICES_FIRST``,
+logins from devices their accounts know go ahead of everyone else's.
 """
 
 from __future__ import annotations
@@ -136,10 +137,10 @@ def _put_hashing_first(app: Flask) -> None:
     os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
 
-def refuse_if_busy() -> None:
+def refuse_if_busy(known_device: bool = False) -> None:
     """Busy, at once, when this request's hash could not start in time: before it counts a login attempt
     or reads a password, which a refusal would waste. The hash itself may still be refused, later."""
-    refusal = _queue(current_app.config).refusal(_received_at())
+    refusal = _queue(current_app.config).refusal(_received_at(), _first(known_device))
     if refusal is not None:
         raise refusal
 
@@ -163,10 +164,15 @@ def connection_given_back() -> Iterator[None]:
     yield
 
 
-def _slow(work: Callable[..., Any], *args: Any) -> Any:
+def _first(known_device: bool) -> bool:
+    """Whether a hash goes in the lane served first: a login from a device its account knows."""
+    return known_device and current_app.config["HASH_KNOWN_DEVICES_FIRST"]
+
+
+def _slow(work: Callable[..., Any], *args: Any, known_device: bool = False) -> Any:
     if db.session().in_transaction():
         raise RuntimeError("hash inside `with connection_given_back():`, not while holding a database connection")
-    return _queue(current_app.config).run(work, *args, received_at=_received_at())
+    return _queue(current_app.config).run(work, *args, received_at=_received_at(), known=_first(known_device))
 
 
 def _cost() -> int:
@@ -177,12 +183,13 @@ def hash_password(password: str) -> str:
     return _slow(library().hash, password, _cost())
 
 
-def password_matches(password_hash: str | None, password: str) -> bool:
-    """Check a password; with no user (``None``) spend the same time and say no."""
+def password_matches(password_hash: str | None, password: str, known_device: bool = False) -> bool:
+    """Check a password; with no user (``None``) spend the same time and say no. ``known_device``: the
+    login comes from a device the account knows."""
     if len(password.encode()) > MAX_PASSWORD_BYTES:
         return False
     # Checking against a throwaway hash keeps "no such user" as slow as "wrong password".
-    matches = _slow(library().matches, password_hash or _decoy_hash(_cost()), password)
+    matches = _slow(library().matches, password_hash or _decoy_hash(_cost()), password, known_device=known_device)
     return matches and password_hash is not None
 
 
