@@ -258,6 +258,24 @@ def test_a_newcomer_to_a_congested_queue_is_admitted_when_the_next_free_slot_com
     assert isinstance(queue._take(clock.now + 3), Waiter)
 
 
+def test_in_a_congested_queue_a_request_waits_two_hashes_at_most_not_the_whole_wait():
+    """While it waits it holds a request handler that pages need: newest first, it gets the next slot
+    soon or not at all."""
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock)
+    queue.seconds_per_hash = 0.2
+    queue.busy = 2
+    early = queue._take(clock.now + 3)
+    assert early.deadline == clock.now + 3  # not congested yet: the whole wait
+    clock.now += 1.1
+    late = queue._take(clock.now + 3)
+    assert late.deadline == pytest.approx(clock.now + 2 * 0.2)
+    clock.now += 0.5
+    queue._give_back()
+    assert not late.handed and late.given.is_set()  # woken to be refused: its short wait is over
+    assert early.handed
+
+
 def test_a_slot_given_back_passes_to_a_waiter_and_stays_counted_busy():
     clock = Clock()
     queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)

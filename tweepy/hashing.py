@@ -2,11 +2,11 @@
 
 A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads when given them,
 which go from one hash to the next without waiting for the event loop. A request waits for a slot
-until its deadline; when congested, the queue turns newest-first. It refuses at once a request
-that could not start in time (503, with a Retry-After that says how long the queue needs, counting
-everyone refused within the wait, who will come back too). Logins from a device the account knows
-wait in a lane of their own, served first: in a herd of newcomers, the people already using the
-site still get in. Every answer that hashed says where its time went (Server-Timing).
+until its deadline; when congested, the queue turns newest-first and its waits short. It refuses at
+once a request that could not start in time (503, with a Retry-After that says how long the queue
+needs, counting everyone refused within the wait, who will come back too). Logins from a device the
+account knows wait in a lane of their own, served first: in a herd of newcomers, the people already
+using the site still get in. Every answer that hashed says where its time went (Server-Timing).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ BUSY = "Too many people are logging in right now. Nothing was sent anywhere: try
 # What a hashing thread calls itself (``top -H``, /proc/<pid>/task/<tid>/comm): the profile and the
 # benchmark count the CPU time of hashing by it, apart from everything else the process does.
 HASHING_THREAD = "tweepy-hash"
+# How long, in hashes, a request may wait for a slot in a congested queue: while it waits it holds
+# one of the process's request handlers (a greenlet), which the pages it would block need more.
+CONGESTED_WAIT_HASHES = 2
 
 
 class Waiter:
@@ -122,11 +125,12 @@ class HashingQueue:
 
     A request may wait until its deadline (``wait_s`` after nginx received it). A slot that frees
     goes to the oldest waiter of the known lane, else of the other; once the queue has not been
-    empty for ``wait_s / 3`` (congested), to the newest. A request that could not start before its
-    deadline given the queue ahead of it is refused at once; every refusal says, in Retry-After, how
-    long its lane needs to drain, counting everyone refused within the last ``wait_s``: they come
-    back too, and in a herd of logins most are refused before they ever queue (their wait spent
-    before they reach the app).
+    empty for ``wait_s / 3`` (congested), to the newest, and a request joining it then waits at most
+    ``CONGESTED_WAIT_HASHES`` hashes (adaptive LIFO with CoDel's short wait). A request that could
+    not start before its deadline given the queue ahead of it is refused at once; every refusal
+    says, in Retry-After, how long its lane needs to drain, counting everyone refused within the
+    last ``wait_s``: they come back too, and in a herd of logins most are refused before they ever
+    queue (their wait spent before they reach the app).
 
     With native threads, each slot is a thread that takes the next waiter's work itself as soon as
     a hash ends, and only the answer goes back through the event loop: under gevent a busy loop can
@@ -198,6 +202,8 @@ class HashingQueue:
                     return None
             if self._refuses(now, deadline, known):
                 raise self.busy_refusal(known)
+            if self.congested:  # newest first: a slot comes soon or not at all, so it waits no longer
+                deadline = min(deadline, now + CONGESTED_WAIT_HASHES * self.seconds_per_hash)
             waiter = Waiter(deadline, work, known)
             self.waiting.append(waiter)
         if self.threads:
