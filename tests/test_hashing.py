@@ -158,6 +158,16 @@ def test_without_the_setting_every_login_hashes_in_one_lane(app, monkeypatch):
     assert lanes == [False, False]
 
 
+def test_every_request_tells_the_queue_how_long_it_waited_on_its_way_in(make_app):
+    app = make_app(BCRYPT_IN_THREADPOOL=True, PAGES_LATE_S=0.5)
+    queue = passwords._queue(app.config)
+    client = app.test_client()
+    client.environ_base[REQUEST_START] = f"{time.time() - 2:.3f}"
+    queue.interval_started -= 5  # this request ends an interval
+    assert client.get("/").status_code == 200
+    assert queue.pages_late
+
+
 def test_with_native_threads_the_hash_runs_off_the_thread_serving_requests():
     queue = HashingQueue(slots=1, wait_s=1.0, native_threads=True)
     assert queue.run(threading.get_native_id) != threading.get_native_id()
@@ -351,6 +361,52 @@ def test_a_refused_known_device_is_told_the_time_its_own_lane_needs():
     queue.waiting.extend(Waiter(clock.now + 100, known=True) for _ in range(8))
     assert queue.busy_refusal(known=True).retry_after == 2  # (2 hashing + 8 waiting + itself) * 0.3 / 2
     assert queue.busy_refusal().retry_after == 8  # its lane comes after the known one, and 38 more
+
+
+def test_pages_are_late_once_every_request_of_an_interval_waited_longer_than_the_setting():
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5)
+    for waited in (0.9, 1.2, 0.8):
+        queue.note_request(waited)
+        clock.now += 0.4
+    queue.note_request(0.7)  # the interval is over: every request in it waited over 0.5 s
+    assert queue.pages_late and queue.slots_now == 1
+    for waited in (2.0, 0.1, 2.0):  # one came straight in: a burst, not a standing queue
+        clock.now += 0.4
+        queue.note_request(waited)
+    assert not queue.pages_late and queue.slots_now == 2
+
+
+def test_without_the_setting_pages_are_never_late():
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock)
+    for _ in range(5):
+        queue.note_request(10.0)
+        clock.now += 1
+    assert not queue.pages_late and queue.slots_now == 2
+
+
+def test_while_pages_are_late_the_hashing_threads_take_one_slot_fewer_and_never_none():
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=True, pages_late_s=0.5)
+    with queue.lock:
+        queue.waiting.extend(Waiter(time.monotonic() + 100) for _ in range(3))
+    queue.pages_late = True
+    assert queue.threads._next() is not None and queue.busy == 1
+    assert queue.threads._next() is None, "the second thread rests"
+    queue.pages_late = False
+    assert queue.threads._next() is not None and queue.busy == 2
+    assert HashingQueue(slots=1, wait_s=3.0, native_threads=False, pages_late_s=0.5).slots_now == 1
+
+
+def test_while_pages_are_late_a_login_is_judged_against_the_slots_left():
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5)
+    queue.seconds_per_hash = 0.25
+    queue.busy = 2
+    queue.waiting.extend(Waiter(clock.now + 100) for _ in range(16))  # 2 s of hashing on two slots
+    assert queue.refusal() is None
+    queue.pages_late = True  # 4 s on one
+    assert queue.refusal() is not None
 
 
 def test_retry_after_is_the_time_the_queue_needs_to_drain_spread_up_to_twice_that():

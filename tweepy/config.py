@@ -76,6 +76,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Logins from a device the account knows (its device cookie) wait in a lane served before everyone else's",
     ),
     Setting(
+        "PAGES_LATE_S",
+        0.0,
+        "With BCRYPT_IN_THREADPOOL: once every request for a second waited this long to reach the app, "
+        "hash on one thread fewer until they catch up (0: never)",
+    ),
+    Setting(
         "PAGES_NICE",
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",

@@ -31,6 +31,9 @@ HASHING_THREAD = "tweepy-hash"
 # How long, in hashes, a request may wait for a slot in a congested queue: while it waits it holds
 # one of the process's request handlers (a greenlet), which the pages it would block need more.
 CONGESTED_WAIT_HASHES = 2
+# Pages are late when every request that reached the app in one such interval had waited longer
+# than the queue's ``pages_late_s`` (CoDel's signal: a standing queue, not a burst).
+LATE_INTERVAL_S = 1.0
 
 
 class Waiter:
@@ -143,9 +146,14 @@ class HashingQueue:
         native_threads: bool,
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
+        pages_late_s: float = 0.0,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
+        # While pages are late (``note_request``), the hashing threads use one slot fewer (0: never).
+        self.pages_late_s = pages_late_s
+        self.pages_late = False
+        self.interval_started, self.interval_least_wait = clock(), math.inf
         self.clock = clock
         self.spread = spread
         self.busy = 0
@@ -157,6 +165,22 @@ class HashingQueue:
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
         self.lock = _native_lock() if native_threads else threading.Lock()
         self.threads = _HashingThreads(self) if native_threads else None
+
+    @property
+    def slots_now(self) -> int:
+        """The slots hashes may take now: one fewer while pages are late, so they keep a core."""
+        return max(1, self.slots - 1) if self.pages_late else self.slots
+
+    def note_request(self, waited: float) -> None:
+        """A request reached the app ``waited`` seconds after nginx received it. Once an interval is over,
+        pages are late if every request in it waited longer than ``pages_late_s``."""
+        if not self.pages_late_s:
+            return
+        now = self.clock()
+        self.interval_least_wait = min(self.interval_least_wait, waited)
+        if now - self.interval_started >= LATE_INTERVAL_S:
+            self.pages_late = self.interval_least_wait > self.pages_late_s
+            self.interval_started, self.interval_least_wait = now, math.inf
 
     @property
     def congested(self) -> bool:
@@ -177,9 +201,10 @@ class HashingQueue:
 
     def _refuses(self, now: float, deadline: float, known: bool) -> bool:
         """Whether a hash queued now could not start by ``deadline``, given the hashes ahead of it."""
-        if self.busy + len(self.waiting) < self.slots and deadline > now:
+        slots = self.slots_now
+        if self.busy + len(self.waiting) < slots and deadline > now:
             return False
-        return now + self.waiting.ahead_of(known, self.congested) * self.seconds_per_hash / self.slots > deadline
+        return now + self.waiting.ahead_of(known, self.congested) * self.seconds_per_hash / slots > deadline
 
     def refusal(self, received_at: float | None = None, known: bool = False) -> Busy | None:
         """The refusal a hash asked for now would get at once, or None: asked before a request does any
@@ -304,6 +329,8 @@ class _HashingThreads:
     def _next(self) -> Waiter | None:
         queue = self.queue
         with queue.lock:
+            if queue.busy >= queue.slots_now:  # pages are late: this thread rests until they catch up
+                return None
             now = queue.clock()
             waiter = queue.waiting.next(now, queue.congested, wake=self._finish)
             if waiter is not None:

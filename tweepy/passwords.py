@@ -7,7 +7,8 @@ threads with ``BCRYPT_IN_THREADPOOL`` (bcrypt releases the GIL), which ``PAGES_N
 of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
 same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
 receiving it is answered 503 without any hash spent on it; with ``HASH_KNOWN_DEVICES_FIRST``,
-logins from devices their accounts know go ahead of everyone else's.
+logins from devices their accounts know go ahead of everyone else's. ``PAGES_LATE_S`` gives the
+pages a core back once every request has waited that long on its way in (a herd, not a burst).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hmac
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -100,6 +102,8 @@ def init_app(app: Flask) -> None:
         name = "pyca"
     app.extensions["tweepy_bcrypt"] = LIBRARIES[name]
     app.after_request(say_where_the_time_went)
+    if app.config["PAGES_LATE_S"] and app.config["BCRYPT_IN_THREADPOOL"]:
+        app.before_request(_note_how_long_it_waited)
     _put_hashing_first(app)
 
 
@@ -109,9 +113,9 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool) -> HashingQueue:
+def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads)
+    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s)
 
 
 def _queue(config) -> HashingQueue:
@@ -120,7 +124,16 @@ def _queue(config) -> HashingQueue:
         config["HASHING_SLOTS"],
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
+        config["PAGES_LATE_S"] if config["BCRYPT_IN_THREADPOOL"] else 0.0,
     )
+
+
+def _note_how_long_it_waited() -> None:
+    """Before every request: how long it waited between nginx and the app, which tells the queue
+    whether the pages are late."""
+    received_at = _received_at()
+    if received_at is not None:
+        _queue(current_app.config).note_request(max(0.0, time.time() - received_at))
 
 
 def _put_hashing_first(app: Flask) -> None:
