@@ -4,9 +4,10 @@ A process hashes at most ``HASHING_SLOTS`` passwords at once, on native threads 
 which go from one hash to the next without waiting for the event loop. A request waits for a slot
 until its deadline; when congested, the queue turns newest-first and its waits short. It refuses at
 once a request that could not start in time (503, with a Retry-After that says how long the queue
-needs, counting everyone refused within the wait, who will come back too). Logins from a device the
-account knows wait in a lane of their own, served first: in a herd of newcomers, the people already
-using the site still get in. Every answer that hashed says where its time went (Server-Timing).
+needs, counting everyone refused within the wait, who will come back too). In a herd, the people
+already using the site keep using it: logins from a device the account knows wait in a lane served
+first, and while pages are late and logins refused one hashing thread rests. Every answer that
+hashed says where its time went (Server-Timing).
 """
 
 from __future__ import annotations
@@ -173,13 +174,16 @@ class HashingQueue:
 
     def note_request(self, waited: float) -> None:
         """A request reached the app ``waited`` seconds after nginx received it. Once an interval is over,
-        pages are late if every request in it waited longer than ``pages_late_s``."""
+        pages are late if every request in it waited longer than ``pages_late_s`` while the queue was
+        refusing logins: hashing on every thread could not keep up anyway, and the pages pay for it.
+        (While it keeps up, as in a cold start, the pages have time to spare and the hashes go first.)"""
         if not self.pages_late_s:
             return
         now = self.clock()
         self.interval_least_wait = min(self.interval_least_wait, waited)
         if now - self.interval_started >= LATE_INTERVAL_S:
-            self.pages_late = self.interval_least_wait > self.pages_late_s
+            refusing = any(refused and refused[-1] >= now - self.wait_s for refused in self.refused.values())
+            self.pages_late = refusing and self.interval_least_wait > self.pages_late_s
             self.interval_started, self.interval_least_wait = now, math.inf
 
     @property

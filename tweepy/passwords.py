@@ -8,7 +8,8 @@ of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system
 same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
 receiving it is answered 503 without any hash spent on it; with ``HASH_KNOWN_DEVICES_FIRST``,
 logins from devices their accounts know go ahead of everyone else's. ``PAGES_LATE_S`` gives the
-pages a core back once every request has waited that long on its way in (a herd, not a burst).
+pages a core back once every request has waited that long on its way in while the queue refuses
+logins (a herd, which more hashing would not serve).
 """
 
 from __future__ import annotations
