@@ -735,7 +735,8 @@ def quick_report(tmp_path_factory):
 
 @pytest.mark.integration
 def test_quick_bench_starts_the_stage_afresh_for_a_cold_start_and_a_herd(tmp_path):
-    _, found, stdout = quick_bench(tmp_path, "--stages", "6")
+    # No overload step: the quick ladder has run stage 6's, and this run is for what comes after it.
+    _, found, stdout = quick_bench(tmp_path, "--stages", "6", TWEEPY_BENCH_OVERLOAD="0")
     (result,) = found["stages"]
     cold = result["cold_start"]
     assert cold["state"] == "complete" and cold["users"] == result["best"]["users"]
@@ -765,7 +766,7 @@ def test_quick_bench_measures_every_stage_to_the_end_of_its_search(quick_report)
         assert best["server_cpu_ms_per_request"] > 0, "server CPU is read from /proc"
         assert best["peak_server_memory_mb"] > 0
         assert result["ceiling"]["rps"] > 0 and result["ceiling"]["failures"] == 0
-        assert result["capacity"]["windows"] == 2 and len(best["repeats"]) == 1, "measured again at capacity"
+        assert result["capacity"]["windows"] == 1, "the quick plan's one window at capacity"
         assert all(step["spawn_rate"] >= 1 for step in result["steps"])
         if result["part"]:
             assert result["overload"] is None, "a part of a step is shown for its capacity, beside its step"

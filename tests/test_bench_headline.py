@@ -198,7 +198,7 @@ def test_the_windows_at_capacity_are_a_setting_a_quick_run_keeps_small():
     from tools.bench import plan
 
     assert plan.make_plan([6], False, {}).capacity_windows == 3
-    assert plan.make_plan([6], True, {}).capacity_windows == 2
+    assert plan.make_plan([6], True, {}).capacity_windows == 1
     more = plan.make_plan([6], False, {"TWEEPY_BENCH_CAPACITY_WINDOWS": "5"})
     every = [s.number for s in stages.all_stages()]
     assert plan.command_of(asdict(more), every) == 'TWEEPY_BENCH_CAPACITY_WINDOWS=5 make bench STAGES="6"'
