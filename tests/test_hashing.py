@@ -364,18 +364,23 @@ def test_a_refused_known_device_is_told_the_time_its_own_lane_needs():
     assert queue.busy_refusal().retry_after == 8  # its lane comes after the known one, and 38 more
 
 
+def nginx_received(seconds_ago: float) -> float:
+    """When nginx received a request that reaches the app now, ``seconds_ago`` (its clock: the epoch's)."""
+    return time.time() - seconds_ago
+
+
 def test_pages_are_late_once_every_request_of_an_interval_waited_longer_than_the_setting_while_logins_are_refused():
     clock = Clock()
     queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5)
     queue.busy_refusal()
     for waited in (0.9, 1.2, 0.8):
-        queue.note_request(waited)
+        queue.note_request(nginx_received(waited))
         clock.now += 0.4
-    queue.note_request(0.7)  # the interval is over: every request in it waited over 0.5 s
+    queue.note_request(nginx_received(0.7))  # the interval is over: every request in it waited over 0.5 s
     assert queue.pages_late and queue.slots_now == 1
     for waited in (2.0, 0.1, 2.0):  # one came straight in: a burst, not a standing queue
         clock.now += 0.4
-        queue.note_request(waited)
+        queue.note_request(nginx_received(waited))
     assert not queue.pages_late and queue.slots_now == 2
 
 
@@ -386,7 +391,7 @@ def test_while_every_login_is_hashed_in_time_late_pages_wait_for_the_hashes():
     queue.busy_refusal()  # refused once, long enough ago
     clock.now += 3.5
     for waited in (0.9, 1.2, 0.8, 0.7):
-        queue.note_request(waited)
+        queue.note_request(nginx_received(waited))
         clock.now += 0.4
     assert not queue.pages_late
 
@@ -395,7 +400,7 @@ def test_without_the_setting_pages_are_never_late():
     clock = Clock()
     queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock)
     for _ in range(5):
-        queue.note_request(10.0)
+        queue.note_request(nginx_received(10.0))
         clock.now += 1
     assert not queue.pages_late and queue.slots_now == 2
 

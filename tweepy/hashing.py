@@ -172,15 +172,16 @@ class HashingQueue:
         """The slots hashes may take now: one fewer while pages are late, so they keep a core."""
         return max(1, self.slots - 1) if self.pages_late else self.slots
 
-    def note_request(self, waited: float) -> None:
-        """A request reached the app ``waited`` seconds after nginx received it. Once an interval is over,
-        pages are late if every request in it waited longer than ``pages_late_s`` while the queue was
-        refusing logins: hashing on every thread could not keep up anyway, and the pages pay for it.
-        (While it keeps up, as in a cold start, the pages have time to spare and the hashes go first.)"""
+    def note_request(self, received_at: float) -> None:
+        """A request nginx received at ``received_at`` (its clock, seconds since the epoch) reached the app.
+        Once an interval is over, pages are late if every request in it waited longer than ``pages_late_s``
+        while the queue was refusing logins: hashing on every thread could not keep up anyway, and the
+        pages pay for it. (While it keeps up, as in a cold start, the pages have time to spare and the
+        hashes go first.)"""
         if not self.pages_late_s:
             return
         now = self.clock()
-        self.interval_least_wait = min(self.interval_least_wait, waited)
+        self.interval_least_wait = min(self.interval_least_wait, _waited(received_at))
         if now - self.interval_started >= LATE_INTERVAL_S:
             refusing = any(refused and refused[-1] >= now - self.wait_s for refused in self.refused.values())
             self.pages_late = refusing and self.interval_least_wait > self.pages_late_s

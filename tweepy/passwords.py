@@ -18,7 +18,6 @@ import hmac
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,7 +133,7 @@ def _note_how_long_it_waited() -> None:
     whether the pages are late."""
     received_at = _received_at()
     if received_at is not None:
-        _queue(current_app.config).note_request(max(0.0, time.time() - received_at))
+        _queue(current_app.config).note_request(received_at)
 
 
 def _put_hashing_first(app: Flask) -> None:
