@@ -23,7 +23,7 @@ from datetime import datetime
 import pytest
 from flask_migrate import upgrade
 from helpers.browser import sign_up
-from helpers.caches import cached_keys, drop_prefix, free_port, new_prefix, stored
+from helpers.caches import cached_keys, drop_prefix, free_port, new_prefix, same_types, stored
 from helpers.invalidation import FORGETS_NOTHING, QUICK, InvalidationWorld
 from helpers.pages import tweet_texts
 from helpers.postgres import fresh_database
@@ -130,17 +130,6 @@ def test_a_redis_that_lost_its_scripts_is_given_them_again_and_serves_the_page(t
 
 
 # --- what Redis holds ---------------------------------------------------------------
-
-
-def same_types(value, expected) -> bool:
-    """Whether ``value`` is built of the very types ``expected`` is, all the way down."""
-    if type(value) is not type(expected):
-        return False
-    if isinstance(expected, frozenset):
-        value, expected = sorted(value), sorted(expected)
-    if isinstance(expected, (tuple, list)):
-        return all(same_types(a, b) for a, b in zip(value, expected, strict=True))
-    return True
 
 
 def test_values_come_back_from_redis_as_the_types_the_reads_return(two_nodes):

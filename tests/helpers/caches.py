@@ -95,3 +95,14 @@ class OwnRedis:
     def close(self) -> None:
         if self.process and self.process.poll() is None:
             self.stop()
+
+
+def same_types(value, expected) -> bool:
+    """Whether ``value`` is built of the very types ``expected`` is, all the way down."""
+    if type(value) is not type(expected):
+        return False
+    if isinstance(expected, frozenset):
+        value, expected = sorted(value), sorted(expected)
+    if isinstance(expected, (tuple, list)):
+        return all(same_types(a, b) for a, b in zip(value, expected, strict=True))
+    return True
