@@ -113,9 +113,11 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float) -> HashingQueue:
+def _queue_of(
+    pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float, late_known_only: bool
+) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s)
+    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s, late_known_only=late_known_only)
 
 
 def _queue(config) -> HashingQueue:
@@ -125,6 +127,8 @@ def _queue(config) -> HashingQueue:
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
         config["PAGES_LATE_S"] if config["BCRYPT_IN_THREADPOOL"] else 0.0,
+        # Without the lanes no login is known: all would be refused.
+        config["PAGES_LATE_KNOWN_ONLY"] and config["HASH_KNOWN_DEVICES_FIRST"],
     )
 
 
