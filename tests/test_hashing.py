@@ -428,34 +428,6 @@ def test_while_pages_are_late_a_login_is_judged_against_the_slots_left():
     assert queue.refusal() is not None
 
 
-def test_while_pages_are_late_only_logins_from_known_devices_are_hashed_if_the_setting_says_so():
-    clock = Clock()
-    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5, late_known_only=True)
-    assert queue.refusal() is None and queue.refusal(known=True) is None
-    queue.pages_late = True
-    assert queue.refusal() is not None, "someone the site does not know yet comes back later"
-    assert queue.refusal(known=True) is None
-    queue.pages_late = False
-    assert queue.refusal() is None
-
-
-def test_without_the_setting_late_pages_refuse_no_one_for_their_device():
-    clock = Clock()
-    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5)
-    queue.pages_late = True
-    assert queue.refusal() is None
-
-
-def test_without_the_lanes_no_login_is_refused_for_its_device(make_app):
-    """Every login is a stranger's when no lane is kept for known devices: none is refused for it."""
-    app = make_app(BCRYPT_IN_THREADPOOL=True, PAGES_LATE_S=0.5, PAGES_LATE_KNOWN_ONLY=True)
-    assert not passwords._queue(app.config).late_known_only
-    app = make_app(
-        BCRYPT_IN_THREADPOOL=True, PAGES_LATE_S=0.5, PAGES_LATE_KNOWN_ONLY=True, HASH_KNOWN_DEVICES_FIRST=True
-    )
-    assert passwords._queue(app.config).late_known_only
-
-
 def test_retry_after_is_the_time_the_queue_needs_to_drain_spread_up_to_twice_that():
     assert retry_after_s(queued=20, slots=2, seconds_per_hash=0.3, spread=1.0) == 3
     assert retry_after_s(queued=20, slots=2, seconds_per_hash=0.3, spread=2.0) == 6

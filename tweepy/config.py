@@ -82,12 +82,6 @@ SETTINGS: tuple[Setting, ...] = (
         "while logins were refused, hash on one thread fewer until they catch up (0: never)",
     ),
     Setting(
-        "PAGES_LATE_KNOWN_ONLY",
-        False,
-        "With PAGES_LATE_S and HASH_KNOWN_DEVICES_FIRST: while pages are late, hash only logins from devices "
-        "their accounts know, and refuse everyone else's (503, with Retry-After)",
-    ),
-    Setting(
         "PAGES_NICE",
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",

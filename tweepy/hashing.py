@@ -148,15 +148,12 @@ class HashingQueue:
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
         pages_late_s: float = 0.0,
-        late_known_only: bool = False,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
         # While pages are late (``note_request``), the hashing threads use one slot fewer (0: never).
         self.pages_late_s = pages_late_s
         self.pages_late = False
-        # While pages are late, only logins from known devices hash; everyone else is refused at once.
-        self.late_known_only = late_known_only
         self.interval_started, self.interval_least_wait = clock(), math.inf
         self.clock = clock
         self.spread = spread
@@ -209,8 +206,6 @@ class HashingQueue:
 
     def _refuses(self, now: float, deadline: float, known: bool) -> bool:
         """Whether a hash queued now could not start by ``deadline``, given the hashes ahead of it."""
-        if self.pages_late and self.late_known_only and not known:
-            return True
         slots = self.slots_now
         if self.busy + len(self.waiting) < slots and deadline > now:
             return False

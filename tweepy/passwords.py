@@ -113,11 +113,9 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(
-    pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float, late_known_only: bool
-) -> HashingQueue:
+def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float) -> HashingQueue:
     """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s, late_known_only=late_known_only)
+    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s)
 
 
 def _queue(config) -> HashingQueue:
@@ -127,8 +125,6 @@ def _queue(config) -> HashingQueue:
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
         config["PAGES_LATE_S"] if config["BCRYPT_IN_THREADPOOL"] else 0.0,
-        # Without the lanes no login is known: all would be refused.
-        config["PAGES_LATE_KNOWN_ONLY"] and config["HASH_KNOWN_DEVICES_FIRST"],
     )
 
 
