@@ -323,7 +323,7 @@ class _HashingThreads:
         self.bell.put(None)
 
     def _serve(self) -> None:
-        from setproctitle import setthreadtitle  # requirements/serve.txt's, as gevent is
+        from setproctitle import setthreadtitle  # requirements/serve.txt's: BCRYPT_IN_THREADPOOL is a served stage's
 
         setthreadtitle(HASHING_THREAD)
         while True:
