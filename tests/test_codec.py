@@ -83,6 +83,7 @@ def test_a_value_of_any_other_type_is_refused_when_written(value):
         b'{"tuple": [[1, 2]]}',
         b'{"object": "os.system"}',
         b'{"rows": "Popen", "fields": [["ls"]]}',
+        b'{"rows": ["UserRow"], "fields": []}',
         b'{"rows": "UserRow", "fields": [[1]]}',
         b'{"rows": "UserRow", "fields": [[1, ["bob"]]]}',
         b'{"row": "UserRow", "fields": [1, {"name": "bob"}]}',

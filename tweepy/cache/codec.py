@@ -124,5 +124,5 @@ def decode(payload: bytes) -> Any:
     """The value ``encode`` made these bytes from; ``ValueError`` for anything else."""
     try:
         return _untagged(orjson.loads(payload))
-    except TypeError as error:  # a datetime that is not text, a set of lists
+    except TypeError as error:  # a datetime that is not text, a row type named by a list
         raise ValueError(f"not a cached value: {error}") from None
