@@ -146,6 +146,67 @@ def test_only_a_login_from_a_device_the_account_knows_hashes_in_the_lane_served_
     assert lanes == [False, True, False]
 
 
+def test_a_registration_from_a_browser_that_logged_in_here_before_hashes_in_the_lane_served_first(
+    make_app, monkeypatch
+):
+    app = make_app(HASH_KNOWN_DEVICES_FIRST=True)
+    add_users(app, "alice")
+    lanes = []
+    run = HashingQueue.run
+    monkeypatch.setattr(HashingQueue, "run", lambda self, *a, **kw: lanes.append(kw["known"]) or run(self, *a, **kw))
+    alices_phone = Browser(app.test_client())
+    assert alices_phone.login("alice", PASSWORD).status_code == 303
+    alices_phone.logout()
+    assert alices_phone.register("carol").status_code == 303  # someone already using the site
+    assert Browser(app.test_client()).register("dave").status_code == 303  # a browser new to it
+    assert lanes == [False, True, False]
+
+
+def test_with_newcomers_nice_newcomers_in_a_herd_hash_below_the_pages_and_known_devices_above(make_app, monkeypatch):
+    """NEWCOMERS_NICE gives the hashes of browsers new to the site a queue of their own, which moves them
+    to threads below the thread serving pages in a herd; logins from devices their accounts know keep
+    the threads ahead of the pages."""
+    seen = {}
+
+    def serve():  # in a thread of its own, so the test's own thread keeps its priority
+        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        app = make_app(
+            BCRYPT_IN_THREADPOOL=True,
+            HASH_KNOWN_DEVICES_FIRST=True,
+            HASHING_SLOTS=2,
+            HASH_WAIT_S=2.5,
+            PAGES_NICE=5,
+            NEWCOMERS_NICE=9,
+        )
+        add_users(app, "alice", "bob")
+        priorities = []
+        run = HashingQueue.run
+
+        def noting_the_thread(self, work, *args, received_at=None, known=False):
+            tid = run(self, threading.get_native_id)
+            priorities.append(os.getpriority(os.PRIO_PROCESS, tid))
+            return run(self, work, *args, received_at=received_at, known=known)
+
+        monkeypatch.setattr(HashingQueue, "run", noting_the_thread)
+        phone = Browser(app.test_client())
+        for _ in range(2):  # a new device, then one the account knows
+            assert phone.login("alice", PASSWORD).status_code == 303
+            phone.logout()
+        newcomers = passwords._queue(app.config, first=False)
+        for _ in range(100):  # a herd refused, and due back
+            newcomers.busy_refusal()
+        assert Browser(app.test_client()).login("bob", PASSWORD).status_code == 303  # a newcomer in the herd
+        assert phone.login("alice", PASSWORD).status_code == 303  # alice, in the herd too
+        seen.update(before=before, pages=os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), hashes=priorities)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    thread.join(30)
+    ahead, below = seen["before"], min(19, seen["before"] + 9)
+    assert seen["pages"] == min(19, seen["before"] + 5)
+    assert seen["hashes"] == [ahead, ahead, below, ahead]
+
+
 def test_without_the_setting_every_login_hashes_in_one_lane(app, monkeypatch):
     add_users(app, "alice")
     lanes = []
@@ -225,6 +286,26 @@ class Clock:
 
 def waiters(*deadlines: float) -> deque:
     return deque(Waiter(deadline) for deadline in deadlines)
+
+
+def test_newcomers_are_a_herd_while_more_are_due_back_than_the_slots_hash_in_a_wait():
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, spread=lambda: 1.0, nice=9)
+    queue.seconds_per_hash = 0.25  # 2 slots hash 24 in a wait of 3 s
+    retry_afters = [queue.busy_refusal().retry_after for _ in range(24)]
+    assert not queue.in_herd(clock.now)
+    last = queue.busy_refusal().retry_after
+    assert queue.in_herd(clock.now)
+    clock.now += max([*retry_afters, last]) + 3.0  # all were due back, and a wait has gone by
+    assert not queue.in_herd(clock.now)
+
+
+def test_a_queue_without_threads_below_the_pages_is_never_in_a_herd():
+    clock = Clock()
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock)
+    for _ in range(100):
+        queue.busy_refusal()
+    assert not queue.in_herd(clock.now)
 
 
 def test_a_freed_slot_goes_to_the_oldest_waiter_while_the_queue_is_short():
@@ -410,11 +491,22 @@ def test_while_pages_are_late_the_hashing_threads_take_one_slot_fewer_and_never_
     with queue.lock:
         queue.waiting.extend(Waiter(time.monotonic() + 100) for _ in range(3))
     queue.pages_late = True
-    assert queue.threads._next() is not None and queue.busy == 1
-    assert queue.threads._next() is None, "the second thread rests"
+    assert queue.threads._next(below=False) is not None and queue.busy == 1
+    assert queue.threads._next(below=False) is None, "the second thread rests"
     queue.pages_late = False
-    assert queue.threads._next() is not None and queue.busy == 2
+    assert queue.threads._next(below=False) is not None and queue.busy == 2
     assert HashingQueue(slots=1, wait_s=3.0, native_threads=False, pages_late_s=0.5).slots_now == 1
+
+
+def test_in_a_herd_only_the_threads_below_the_pages_hash_and_after_it_only_those_ahead():
+    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=True, nice=9)
+    with queue.lock:
+        queue.waiting.extend(Waiter(time.monotonic() + 100) for _ in range(3))
+    assert queue.threads._next(below=True) is None, "no herd: the threads below the pages wait"
+    assert queue.threads._next(below=False) is not None
+    queue.due_back.extend([time.monotonic() + 60] * 100)  # a herd refused, due back in a minute
+    assert queue.threads._next(below=False) is None, "a herd: the threads ahead of the pages rest"
+    assert queue.threads._next(below=True) is not None and queue.busy == 2
 
 
 def test_while_pages_are_late_a_login_is_judged_against_the_slots_left():

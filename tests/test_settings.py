@@ -113,6 +113,15 @@ def test_merging_cached_pages_without_a_cache_is_refused(tmp_path):
         config.load(str(tmp_path), {"TIMELINE_FROM_CACHED_PAGES": True, "CACHE": "none", "SECRET_KEY": "x"})
 
 
+def test_newcomers_threads_without_hashing_threads_and_lanes_are_refused(tmp_path):
+    lanes_only = {"NEWCOMERS_NICE": 9, "HASH_KNOWN_DEVICES_FIRST": True, "SECRET_KEY": "x"}
+    with pytest.raises(ValueError, match="needs TWEEPY_BCRYPT_IN_THREADPOOL and TWEEPY_HASH_KNOWN_DEVICES_FIRST"):
+        config.load(str(tmp_path), lanes_only)
+    with pytest.raises(ValueError, match="needs TWEEPY_BCRYPT_IN_THREADPOOL and TWEEPY_HASH_KNOWN_DEVICES_FIRST"):
+        config.load(str(tmp_path), {**lanes_only, "HASH_KNOWN_DEVICES_FIRST": False, "BCRYPT_IN_THREADPOOL": True})
+    assert config.load(str(tmp_path), {**lanes_only, "BCRYPT_IN_THREADPOOL": True})["NEWCOMERS_NICE"] == 9
+
+
 def test_the_secret_key_file_is_owner_only_from_the_start(tmp_path):
     config.load(str(tmp_path / "instance"), {})
     assert (tmp_path / "instance" / "secret_key").stat().st_mode & 0o077 == 0

@@ -130,7 +130,7 @@ def register():
     if form.validate_on_submit():
         try:
             with connection_given_back():
-                password_hash = hash_password(form.password.data)
+                password_hash = hash_password(form.password.data, returning=devices.returning())
         except Busy as busy:
             return refused_form("register.html", form, form.password, busy)
         try:

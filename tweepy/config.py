@@ -86,6 +86,14 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "With BCRYPT_IN_THREADPOOL: how far below the hashing threads the thread serving pages runs (nice)",
     ),
+    Setting(
+        "NEWCOMERS_NICE",
+        0,
+        "With BCRYPT_IN_THREADPOOL and HASH_KNOWN_DEVICES_FIRST: browsers new to the site hash in a queue of "
+        "their own, on threads this far below the known devices' (nice; over PAGES_NICE: below the pages) "
+        "while more are due back than it hashes in a wait (a herd); 0: one queue",
+        0,
+    ),
     # Limits, checked before any password is hashed (throttle.py).
     Setting(
         "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",
@@ -239,6 +247,11 @@ def load(instance_path: str, overrides: dict[str, Any] | None = None) -> dict[st
         raise ValueError("TWEEPY_CACHE_NEAR keeps a near copy of the Redis cache: it needs TWEEPY_CACHE=redis")
     if config["CACHE_NEAR_SESSIONS"] and not config["CACHE_NEAR"]:
         raise ValueError("TWEEPY_CACHE_NEAR_SESSIONS keeps sessions in the near cache: it needs TWEEPY_CACHE_NEAR")
+    if config["NEWCOMERS_NICE"] and not (config["BCRYPT_IN_THREADPOOL"] and config["HASH_KNOWN_DEVICES_FIRST"]):
+        raise ValueError(
+            "TWEEPY_NEWCOMERS_NICE hashes newcomers on threads of their own, apart from known devices: "
+            "it needs TWEEPY_BCRYPT_IN_THREADPOOL and TWEEPY_HASH_KNOWN_DEVICES_FIRST"
+        )
     if config["TIMELINE_FROM_CACHED_PAGES"] and config["CACHE"] == "none":
         raise ValueError("TWEEPY_TIMELINE_FROM_CACHED_PAGES merges cached pages: it needs a TWEEPY_CACHE")
     return config

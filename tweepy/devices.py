@@ -27,8 +27,8 @@ def _cookie_name() -> str:
     return f"__Host-{COOKIE}" if current_app.config["SECURE_COOKIES"] else COOKIE
 
 
-def known_device(name: str) -> str | None:
-    """The id of this browser's device if it logged in to the account named ``name`` before."""
+def _signed() -> tuple[str, str] | None:
+    """The account and device id this browser's device cookie names, when it is one this app signed."""
     cookie = request.cookies.get(_cookie_name())
     if not cookie:
         return None
@@ -36,7 +36,18 @@ def known_device(name: str) -> str | None:
         account, device = _serializer().loads(cookie, max_age=LIFETIME_S)
     except (BadSignature, TypeError, ValueError):
         return None
-    return device if isinstance(account, str) and account == name.lower() and isinstance(device, str) else None
+    return (account, device) if isinstance(account, str) and isinstance(device, str) else None
+
+
+def known_device(name: str) -> str | None:
+    """The id of this browser's device if it logged in to the account named ``name`` before."""
+    signed = _signed()
+    return signed[1] if signed and signed[0] == name.lower() else None
+
+
+def returning() -> bool:
+    """Whether this browser logged in to any account here before: someone already using the site."""
+    return _signed() is not None
 
 
 def remember_device(response: Response, name: str) -> Response:

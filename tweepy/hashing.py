@@ -6,19 +6,23 @@ until its deadline; when congested, the queue turns newest-first and its waits s
 once a request that could not start in time (503, with a Retry-After that says how long the queue
 needs, counting everyone refused within the wait, who will come back too). In a herd, the people
 already using the site keep using it: logins from a device the account knows wait in a lane served
-first, and while pages are late and logins refused one hashing thread rests. Every answer that
-hashed says where its time went (Server-Timing).
+first, and while pages are late and logins refused one hashing thread rests. A queue given ``nice``
+(a process's second queue, the newcomers') moves its hashes to threads below the pages while more
+people are due back than it hashes in a wait. Every answer that hashed says where its time went (Server-Timing).
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 import math
+import os
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from queue import Empty
 from typing import Any
 
 from flask import g, has_request_context
@@ -32,6 +36,8 @@ HASHING_THREAD = "tweepy-hash"
 # How long, in hashes, a request may wait for a slot in a congested queue: while it waits it holds
 # one of the process's request handlers (a greenlet), which the pages it would block need more.
 CONGESTED_WAIT_HASHES = 2
+# How often a queue's threads look for work when a herd can move its hashes from one set to the other.
+HERD_POLL_S = 0.05
 # Pages are late when every request that reached the app in one such interval had waited longer
 # than the queue's ``pages_late_s`` (CoDel's signal: a standing queue, not a burst).
 LATE_INTERVAL_S = 1.0
@@ -148,6 +154,7 @@ class HashingQueue:
         clock: Callable[[], float] = time.monotonic,
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
         pages_late_s: float = 0.0,
+        nice: int = 0,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
@@ -165,6 +172,9 @@ class HashingQueue:
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
         self.lock = _native_lock() if native_threads else threading.Lock()
+        # With ``nice``, in a herd the hashes move to threads this far below the thread making the queue.
+        self.nice = nice
+        self.due_back: list[float] = []  # when those refused are due back (a heap), with ``nice``
         self.threads = _HashingThreads(self) if native_threads else None
 
     @property
@@ -202,7 +212,20 @@ class HashingQueue:
         queued = self.busy + len(self.waiting.known) + len(self.refused[True])
         if not known:
             queued += len(self.waiting.others) + len(self.refused[False])
-        return Busy(BUSY, retry_after=retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread()))
+        retry_after = retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread())
+        if self.nice:
+            heapq.heappush(self.due_back, now + retry_after)
+        return Busy(BUSY, retry_after=retry_after)
+
+    def in_herd(self, now: float) -> bool:
+        """Whether more people are due back (refused, and not back for a wait yet) than the slots hash in
+        one wait: a herd, which hashing ahead of the pages would not serve in time anyway. Only a queue
+        with threads below the pages (``nice``) tells; the caller holds the lock."""
+        if not self.nice:
+            return False
+        while self.due_back and self.due_back[0] < now - self.wait_s:
+            heapq.heappop(self.due_back)
+        return len(self.due_back) > self.slots * self.wait_s / self.seconds_per_hash
 
     def _refuses(self, now: float, deadline: float, known: bool) -> bool:
         """Whether a hash queued now could not start by ``deadline``, given the hashes ahead of it."""
@@ -302,41 +325,57 @@ class HashingQueue:
 
 class _HashingThreads:
     """The native threads of a queue's slots: each takes the next waiter itself when its hash ends (under
-    the queue's rules) and wakes the waiting greenlet through the event loop, which it never waits for."""
+    the queue's rules) and wakes the waiting greenlet through the event loop, which it never waits for.
+    With the queue's ``nice``, a second set of threads runs that far below, and hashes instead of the
+    first only in a herd; both then also look for work every ``HERD_POLL_S``, as a herd begins or ends
+    with nobody ringing their bell."""
 
     def __init__(self, queue: HashingQueue) -> None:
         from gevent import get_hub, monkey
 
         self.queue = queue
-        self.bell = monkey.get_original("queue", "SimpleQueue")()  # blocks a native thread, never a greenlet
+        original = monkey.get_original("queue", "SimpleQueue")  # blocks a native thread, never a greenlet
+        self.bells = {False: original(), True: original()}  # the threads ahead of the pages', those below's
+        self.poll_s = HERD_POLL_S if queue.nice else None
         self.done: deque[Waiter] = deque()  # answered or refused, for the event loop to wake
         self.wakeup = None
         if monkey.is_module_patched("threading"):  # the waiting greenlets sleep on gevent's events
             self.wakeup = get_hub().loop.async_()
             self.wakeup.start(self._wake_done)
         start = monkey.get_original("_thread", "start_new_thread")
-        for _ in range(queue.slots):  # started now, from the thread making the queue: its priority is theirs
-            start(self._serve, ())
+        for below in (False, True) if queue.nice else (False,):
+            for _ in range(queue.slots):  # started now, from the thread making the queue: its priority is theirs
+                start(self._serve, (below,))
 
     def ring(self) -> None:
-        """Someone queued: a free thread takes them."""
-        self.bell.put(None)
+        """Someone queued: a free thread takes them (one below the pages in a herd)."""
+        with self.queue.lock:
+            below = self.queue.in_herd(self.queue.clock())
+        self.bells[below].put(None)
 
-    def _serve(self) -> None:
+    def _serve(self, below: bool) -> None:
         from setproctitle import setthreadtitle  # requirements/serve.txt's: BCRYPT_IN_THREADPOOL is a served stage's
 
         setthreadtitle(HASHING_THREAD)
+        if below:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + self.queue.nice))
+        bell = self.bells[below]
         while True:
-            self.bell.get()
-            while (waiter := self._next()) is not None:
+            try:
+                bell.get(timeout=self.poll_s)
+            except Empty:
+                pass
+            while (waiter := self._next(below)) is not None:
                 self._hash(waiter)
 
-    def _next(self) -> Waiter | None:
+    def _next(self, below: bool) -> Waiter | None:
         queue = self.queue
         with queue.lock:
-            if queue.busy >= queue.slots_now:  # pages are late: this thread rests until they catch up
-                return None
             now = queue.clock()
+            # Pages are late: a thread rests until they catch up. A herd: the threads below the pages hash.
+            if queue.busy >= queue.slots_now or below != queue.in_herd(now):
+                return None
             waiter = queue.waiting.next(now, queue.congested, wake=self._finish)
             if waiter is not None:
                 waiter.handed, waiter.started = True, now

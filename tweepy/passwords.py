@@ -7,7 +7,9 @@ threads with ``BCRYPT_IN_THREADPOOL`` (bcrypt releases the GIL), which ``PAGES_N
 of the thread serving pages; ``BCRYPT_LIBRARY=libxcrypt`` hashes with the system's bcrypt, the
 same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S`` of nginx
 receiving it is answered 503 without any hash spent on it; with ``HASH_KNOWN_DEVICES_FIRST``,
-logins from devices their accounts know go ahead of everyone else's. ``PAGES_LATE_S`` gives the
+logins from devices their accounts know go ahead of everyone else's, and ``NEWCOMERS_NICE`` gives
+everyone else's a queue of its own, whose hashes move below the pages in a herd, so a herd of
+newcomers takes only the cores the people already on the site leave. ``PAGES_LATE_S`` gives the
 pages a core back once every request has waited that long on its way in while the queue refuses
 logins (a herd, which more hashing would not serve).
 """
@@ -113,27 +115,38 @@ def library() -> Library:
 
 
 @cache
-def _queue_of(pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float) -> HashingQueue:
-    """One queue per process, made after the fork (uWSGI's lazy-apps): its threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s)
+def _queue_of(
+    pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float, nice: int
+) -> HashingQueue:
+    """One queue per process (two with NEWCOMERS_NICE), made after the fork (uWSGI's lazy-apps): its
+    threads are its own."""
+    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s, nice=nice)
 
 
-def _queue(config) -> HashingQueue:
+def _queue(config, first: bool = True) -> HashingQueue:
+    """The queue of the process's hashes; with NEWCOMERS_NICE, the one of the lane served first
+    (``first``) or the newcomers' own, whose hashes move to threads below the pages in a herd."""
     return _queue_of(
         os.getpid(),
         config["HASHING_SLOTS"],
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
         config["PAGES_LATE_S"] if config["BCRYPT_IN_THREADPOOL"] else 0.0,
+        0 if first else config["NEWCOMERS_NICE"],
     )
 
 
+def _queues(config) -> tuple[HashingQueue, ...]:
+    return (_queue(config), _queue(config, first=False)) if config["NEWCOMERS_NICE"] else (_queue(config),)
+
+
 def _note_how_long_it_waited() -> None:
-    """Before every request: how long it waited between nginx and the app, which tells the queue
+    """Before every request: how long it waited between nginx and the app, which tells the queues
     whether the pages are late."""
     received_at = _received_at()
     if received_at is not None:
-        _queue(current_app.config).note_request(received_at)
+        for queue in _queues(current_app.config):
+            queue.note_request(received_at)
 
 
 def _put_hashing_first(app: Flask) -> None:
@@ -141,11 +154,12 @@ def _put_hashing_first(app: Flask) -> None:
 
     The hashing threads are started first, from this thread at its own priority (a thread inherits
     its maker's), so they stay ahead of it: when logins wait, the cores go to their hashes, and pages,
-    which have time to spare, run in what is left."""
+    which have time to spare, run in what is left. The newcomers' threads for a herd, with
+    NEWCOMERS_NICE, lower their own priority from there."""
     nice = app.config["PAGES_NICE"]
     if nice <= 0 or not app.config["BCRYPT_IN_THREADPOOL"]:
         return
-    _queue(app.config)
+    _queues(app.config)
     tid = threading.get_native_id()
     os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
@@ -153,7 +167,8 @@ def _put_hashing_first(app: Flask) -> None:
 def refuse_if_busy(known_device: bool = False) -> None:
     """Busy, at once, when this request's hash could not start in time: before it counts a login attempt
     or reads a password, which a refusal would waste. The hash itself may still be refused, later."""
-    refusal = _queue(current_app.config).refusal(_received_at(), _first(known_device))
+    first = _first(known_device)
+    refusal = _queue(current_app.config, first).refusal(_received_at(), first)
     if refusal is not None:
         raise refusal
 
@@ -185,15 +200,18 @@ def _first(known_device: bool) -> bool:
 def _slow(work: Callable[..., Any], *args: Any, known_device: bool = False) -> Any:
     if db.session().in_transaction():
         raise RuntimeError("hash inside `with connection_given_back():`, not while holding a database connection")
-    return _queue(current_app.config).run(work, *args, received_at=_received_at(), known=_first(known_device))
+    first = _first(known_device)
+    return _queue(current_app.config, first).run(work, *args, received_at=_received_at(), known=first)
 
 
 def _cost() -> int:
     return current_app.config["BCRYPT_LOG_ROUNDS"]
 
 
-def hash_password(password: str) -> str:
-    return _slow(library().hash, password, _cost())
+def hash_password(password: str, returning: bool = False) -> str:
+    """A new account's hash; ``returning``: asked from a browser that logged in here before, which
+    hashes in the lane served first as its logins do."""
+    return _slow(library().hash, password, _cost(), known_device=returning)
 
 
 def password_matches(password_hash: str | None, password: str, known_device: bool = False) -> bool:
