@@ -4,9 +4,9 @@ A login from such a device counts its failures against that device alone
 (``throttle.begin_login``), so nobody else's guesses can lock the owner out
 of their account; with ``HASH_KNOWN_DEVICES_FIRST`` it hashes in the lane
 served first, and so does a registration from a browser holding a cookie of
-any account (someone already using the site). The cookie names the account and a random device id, is
-signed with the app's secret key (for this use only), and says nothing a
-session would: it logs nobody in.
+any account (someone already using the site). The cookie names the account
+and a random device id, is signed with the app's secret key (for this use
+only), and says nothing a session would: it logs nobody in.
 """
 
 from __future__ import annotations

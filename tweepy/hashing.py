@@ -8,7 +8,8 @@ needs, counting everyone refused within the wait, who will come back too). In a 
 already using the site keep using it: logins from a device the account knows wait in a lane served
 first, and while pages are late and logins refused one hashing thread rests. A queue given ``nice``
 (a process's second queue, the newcomers') moves its hashes to threads below the pages while more
-people are due back than it hashes in a wait. Every answer that hashed says where its time went (Server-Timing).
+people are due back than it hashes in a wait. Every answer that hashed says where its time went
+(Server-Timing).
 """
 
 from __future__ import annotations
