@@ -21,7 +21,8 @@ from helpers.stored import PASSWORD, add_users
 from tools.bench.procfs import thread_cpu_seconds
 from tweepy import auth, passwords, throttle
 from tweepy.errors import Busy
-from tweepy.hashing import HASHING_THREAD, HashingQueue, Waiter, next_waiter, retry_after_s
+from tweepy.hashing import HashingQueue, Waiter, next_waiter, retry_after_s
+from tweepy.hashing_threads import HASHING_THREAD
 from tweepy.passwords import REQUEST_START
 
 

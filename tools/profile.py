@@ -33,7 +33,7 @@ from tools.bench.measure import tiers_of
 from tools.bench.plan import make_plan
 from tools.bench.procfs import cpu_seconds, process_tree, run_and_wait_seconds, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN_KEY, LOG_IN, REGISTER
-from tweepy.hashing import HASHING_THREAD
+from tweepy.hashing_threads import HASHING_THREAD
 
 RESULTS = stages.ROOT / "results" / "profiles"
 IDLE = ("Hub.run", "Hub.wait", "_wait", "wait (", "select (", "poll (", "epoll")

@@ -17,28 +17,22 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-import os
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from queue import Empty
 from typing import Any
 
 from flask import g, has_request_context
 
 from .errors import Busy
+from .hashing_threads import HashingThreads, native_lock, timed
 
 BUSY = "Too many people are logging in right now. Nothing was sent anywhere: try again in a few seconds."
-# What a hashing thread calls itself (``top -H``, /proc/<pid>/task/<tid>/comm): the profile and the
-# benchmark count the CPU time of hashing by it, apart from everything else the process does.
-HASHING_THREAD = "tweepy-hash"
 # How long, in hashes, a request may wait for a slot in a congested queue: while it waits it holds
 # one of the process's request handlers (a greenlet), which the pages it would block need more.
 CONGESTED_WAIT_HASHES = 2
-# How often a queue's threads look for work when a herd can move its hashes from one set to the other.
-HERD_POLL_S = 0.05
 # Pages are late when every request that reached the app in one such interval had waited longer
 # than the queue's ``pages_late_s`` (CoDel's signal: a standing queue, not a burst).
 LATE_INTERVAL_S = 1.0
@@ -143,9 +137,10 @@ class HashingQueue:
     last ``wait_s``: they come back too, and in a herd of logins most are refused before they ever
     queue (their wait spent before they reach the app).
 
-    With native threads, each slot is a thread that takes the next waiter's work itself as soon as
-    a hash ends, and only the answer goes back through the event loop: under gevent a busy loop can
-    take hundreds of milliseconds to come round, and a slot handed back through it idles meanwhile."""
+    With native threads (``hashing_threads.py``), each slot is a thread that takes the next waiter's
+    work itself as soon as a hash ends, and only the answer goes back through the event loop: under
+    gevent a busy loop can take hundreds of milliseconds to come round, and a slot handed back through
+    it idles meanwhile."""
 
     def __init__(
         self,
@@ -172,11 +167,11 @@ class HashingQueue:
         self.refused: dict[bool, deque[float]] = {True: deque(), False: deque()}
         self.seconds_per_hash = 0.25  # learnt from the hashes done, to judge the queue ahead
         # Taken by the hashing threads too: a lock of the operating system's, even under monkey-patching.
-        self.lock = _native_lock() if native_threads else threading.Lock()
+        self.lock = native_lock() if native_threads else threading.Lock()
         # With ``nice``, in a herd the hashes move to threads this far below the thread making the queue.
         self.nice = nice
         self.due_back: list[float] = []  # when those refused are due back (a heap), with ``nice``
-        self.threads = _HashingThreads(self) if native_threads else None
+        self.threads = HashingThreads(self) if native_threads else None
 
     @property
     def slots_now(self) -> int:
@@ -316,7 +311,7 @@ class HashingQueue:
                 self._wait(waiter)
             try:
                 started = self.clock()
-                result, hashing_s = _timed(work, *args)
+                result, hashing_s = timed(work, *args)
                 self._learn(hashing_s)
             finally:
                 self._give_back()
@@ -324,104 +319,9 @@ class HashingQueue:
         return result
 
 
-class _HashingThreads:
-    """The native threads of a queue's slots: each takes the next waiter itself when its hash ends (under
-    the queue's rules) and wakes the waiting greenlet through the event loop, which it never waits for.
-    With the queue's ``nice``, a second set of threads runs that far below, and hashes instead of the
-    first only in a herd; both then also look for work every ``HERD_POLL_S``, as a herd begins or ends
-    with nobody ringing their bell."""
-
-    def __init__(self, queue: HashingQueue) -> None:
-        from gevent import get_hub, monkey
-
-        self.queue = queue
-        original = monkey.get_original("queue", "SimpleQueue")  # blocks a native thread, never a greenlet
-        self.bells = {False: original(), True: original()}  # the threads ahead of the pages', those below's
-        self.poll_s = HERD_POLL_S if queue.nice else None
-        self.done: deque[Waiter] = deque()  # answered or refused, for the event loop to wake
-        self.wakeup = None
-        if monkey.is_module_patched("threading"):  # the waiting greenlets sleep on gevent's events
-            self.wakeup = get_hub().loop.async_()
-            self.wakeup.start(self._wake_done)
-        start = monkey.get_original("_thread", "start_new_thread")
-        for below in (False, True) if queue.nice else (False,):
-            for _ in range(queue.slots):  # started now, from the thread making the queue: its priority is theirs
-                start(self._serve, (below,))
-
-    def ring(self) -> None:
-        """Someone queued: a free thread takes them (one below the pages in a herd)."""
-        with self.queue.lock:
-            below = self.queue.in_herd(self.queue.clock())
-        self.bells[below].put(None)
-
-    def _serve(self, below: bool) -> None:
-        from setproctitle import setthreadtitle  # requirements/serve.txt's: BCRYPT_IN_THREADPOOL is a served stage's
-
-        setthreadtitle(HASHING_THREAD)
-        if below:
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + self.queue.nice))
-        bell = self.bells[below]
-        while True:
-            try:
-                bell.get(timeout=self.poll_s)
-            except Empty:
-                pass
-            while (waiter := self._next(below)) is not None:
-                self._hash(waiter)
-
-    def _next(self, below: bool) -> Waiter | None:
-        queue = self.queue
-        with queue.lock:
-            now = queue.clock()
-            # Pages are late: a thread rests until they catch up. A herd: the threads below the pages hash.
-            if queue.busy >= queue.slots_now or below != queue.in_herd(now):
-                return None
-            waiter = queue.waiting.next(now, queue.congested, wake=self._finish)
-            if waiter is not None:
-                waiter.handed, waiter.started = True, now
-                queue.busy += 1
-            if not queue.waiting:
-                queue.last_empty = now
-            return waiter
-
-    def _hash(self, waiter: Waiter) -> None:
-        try:
-            waiter.outcome = _timed(waiter.work)
-        except BaseException as error:
-            waiter.error = error
-        with self.queue.lock:
-            self.queue.busy -= 1
-            if waiter.outcome:
-                self.queue._learn(waiter.outcome[1])
-        self._finish(waiter)
-
-    def _finish(self, waiter: Waiter) -> None:
-        if self.wakeup is None:
-            waiter.given.set()  # a plain thread's event: safe to set from here
-        else:
-            self.done.append(waiter)
-            self.wakeup.send()  # thread-safe: the loop runs _wake_done when it comes round
-
-    def _wake_done(self) -> None:
-        while self.done:
-            self.done.popleft().given.set()
-
-
-def _native_lock():
-    from gevent import monkey
-
-    return monkey.get_original("_thread", "allocate_lock")()
-
-
 def _waited(received_at: float | None) -> float:
     """Seconds since nginx received the request (its clock, seconds since the epoch; none when not given)."""
     return max(0.0, time.time() - received_at) if received_at else 0.0
-
-
-def _timed(work: Callable[..., Any], *args: Any) -> tuple[Any, float]:
-    started = time.monotonic()
-    return work(*args), time.monotonic() - started
 
 
 def _note_timing(**seconds: float) -> None:

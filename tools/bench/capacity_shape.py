@@ -27,7 +27,7 @@ from tools.bench.figures import judged, overload_figures, overload_users, step_v
 from tools.bench.headline import capacity_of, overload_as_felt, windows_of
 from tools.bench.procfs import cpu_seconds, memory_mb, process_tree, thread_cpu_seconds
 from tools.protocol import FIRST_LOGIN, SERVED, bar_from_env, from_locust, numbers, setting
-from tweepy.hashing import HASHING_THREAD
+from tweepy.hashing_threads import HASHING_THREAD
 
 # --- the search --------------------------------------------------------------------------------
 
