@@ -508,6 +508,10 @@ def test_in_a_herd_only_the_threads_below_the_pages_hash_and_after_it_only_those
     queue.due_back.extend([time.monotonic() + 60] * 100)  # a herd refused, due back in a minute
     assert queue.threads._next(below=False) is None, "a herd: the threads ahead of the pages rest"
     assert queue.threads._next(below=True) is not None and queue.busy == 2
+    queue.busy = 0  # both hashes done
+    queue.due_back.clear()  # and the herd gone
+    assert queue.threads._next(below=True) is None, "after it, the threads below the pages wait again"
+    assert queue.threads._next(below=False) is not None
 
 
 def test_while_pages_are_late_a_login_is_judged_against_the_slots_left():
