@@ -167,8 +167,8 @@ def _put_hashing_first(app: Flask) -> None:
 def refuse_if_busy(known_device: bool = False) -> None:
     """Busy, at once, when this request's hash could not start in time: before it counts a login attempt
     or reads a password, which a refusal would waste. The hash itself may still be refused, later."""
-    first = _first(known_device)
-    refusal = _queue(current_app.config, first).refusal(_received_at(), first)
+    queue, first = _lane(known_device)
+    refusal = queue.refusal(_received_at(), first)
     if refusal is not None:
         raise refusal
 
@@ -192,16 +192,18 @@ def connection_given_back() -> Iterator[None]:
     yield
 
 
-def _first(known_device: bool) -> bool:
-    """Whether a hash goes in the lane served first: a login from a device its account knows."""
-    return known_device and current_app.config["HASH_KNOWN_DEVICES_FIRST"]
+def _lane(known_device: bool) -> tuple[HashingQueue, bool]:
+    """The queue a hash waits in, and whether in the lane served first (a login from a device its account
+    knows): one answer for the refusal asked before a request's work and for the hash itself."""
+    first = known_device and current_app.config["HASH_KNOWN_DEVICES_FIRST"]
+    return _queue(current_app.config, first), first
 
 
 def _slow(work: Callable[..., Any], *args: Any, known_device: bool = False) -> Any:
     if db.session().in_transaction():
         raise RuntimeError("hash inside `with connection_given_back():`, not while holding a database connection")
-    first = _first(known_device)
-    return _queue(current_app.config, first).run(work, *args, received_at=_received_at(), known=first)
+    queue, first = _lane(known_device)
+    return queue.run(work, *args, received_at=_received_at(), known=first)
 
 
 def _cost() -> int:
