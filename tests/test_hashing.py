@@ -225,7 +225,6 @@ def test_every_request_tells_the_queue_how_long_it_waited_on_its_way_in(make_app
     queue = passwords._queue(app.config)
     client = app.test_client()
     client.environ_base[REQUEST_START] = f"{time.time() - 2:.3f}"
-    queue.busy_refusal()  # the queue is refusing logins
     queue.interval_started -= 5  # this request ends an interval
     assert client.get("/").status_code == 200
     assert queue.pages_late
@@ -451,10 +450,11 @@ def nginx_received(seconds_ago: float) -> float:
     return time.time() - seconds_ago
 
 
-def test_pages_are_late_once_every_request_of_an_interval_waited_longer_than_the_setting_while_logins_are_refused():
+def test_pages_are_late_once_every_request_of_an_interval_waited_longer_than_the_setting():
+    """Whether or not logins are refused: after a herd, those it refused come back to threads ahead of the
+    pages, which would hold both cores while no login is refused."""
     clock = Clock()
     queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5)
-    queue.busy_refusal()
     for waited in (0.9, 1.2, 0.8):
         queue.note_request(nginx_received(waited))
         clock.now += 0.4
@@ -464,18 +464,6 @@ def test_pages_are_late_once_every_request_of_an_interval_waited_longer_than_the
         clock.now += 0.4
         queue.note_request(nginx_received(waited))
     assert not queue.pages_late and queue.slots_now == 2
-
-
-def test_while_every_login_is_hashed_in_time_late_pages_wait_for_the_hashes():
-    """As in a cold start: the queue keeps up, so the hashes keep every thread."""
-    clock = Clock()
-    queue = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, pages_late_s=0.5)
-    queue.busy_refusal()  # refused once, long enough ago
-    clock.now += 3.5
-    for waited in (0.9, 1.2, 0.8, 0.7):
-        queue.note_request(nginx_received(waited))
-        clock.now += 0.4
-    assert not queue.pages_late
 
 
 def test_without_the_setting_pages_are_never_late():

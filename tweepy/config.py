@@ -78,8 +78,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PAGES_LATE_S",
         0.0,
-        "With BCRYPT_IN_THREADPOOL: once every request for a second waited this long to reach the app "
-        "while logins were refused, hash on one thread fewer until they catch up (0: never)",
+        "With BCRYPT_IN_THREADPOOL: once every request for a second waited this long to reach the app, "
+        "hash on one thread fewer until they catch up (0: never)",
     ),
     Setting(
         "PAGES_NICE",

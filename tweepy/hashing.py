@@ -6,7 +6,7 @@ until its deadline; when congested, the queue turns newest-first and its waits s
 once a request that could not start in time (503, with a Retry-After that says how long the queue
 needs, counting everyone refused within the wait, who will come back too). In a herd, the people
 already using the site keep using it: logins from a device the account knows wait in a lane served
-first, and while pages are late and logins refused one hashing thread rests. A queue given ``nice``
+first, and while pages are late one hashing thread rests. A queue given ``nice``
 (a process's second queue, the newcomers') moves its hashes to threads below the pages while more
 people are due back than it hashes in a wait. Every answer that hashed says where its time went
 (Server-Timing).
@@ -180,17 +180,16 @@ class HashingQueue:
 
     def note_request(self, received_at: float) -> None:
         """A request nginx received at ``received_at`` (its clock, seconds since the epoch) reached the app.
-        Once an interval is over, pages are late if every request in it waited longer than ``pages_late_s``
-        while the queue was refusing logins: hashing on every thread could not keep up anyway, and the
-        pages pay for it. (While it keeps up, as in a cold start, the pages have time to spare and the
-        hashes go first.)"""
+        Once an interval is over, pages are late if every request in it waited longer than ``pages_late_s``:
+        a standing queue of pages, not a burst. Whatever the hashes are doing, the pages then get a core
+        back (a cold start's pages seldom wait that long; after a herd, the logins refused in it all come
+        back to threads ahead of the pages and would hold both cores)."""
         if not self.pages_late_s:
             return
         now = self.clock()
         self.interval_least_wait = min(self.interval_least_wait, _waited(received_at))
         if now - self.interval_started >= LATE_INTERVAL_S:
-            refusing = any(refused and refused[-1] >= now - self.wait_s for refused in self.refused.values())
-            self.pages_late = refusing and self.interval_least_wait > self.pages_late_s
+            self.pages_late = self.interval_least_wait > self.pages_late_s
             self.interval_started, self.interval_least_wait = now, math.inf
 
     @property

@@ -10,8 +10,7 @@ receiving it is answered 503 without any hash spent on it; with ``HASH_KNOWN_DEV
 logins from devices their accounts know go ahead of everyone else's, and ``NEWCOMERS_NICE`` gives
 everyone else's a queue of its own, whose hashes move below the pages in a herd, so a herd of
 newcomers takes only the cores the people already on the site leave. ``PAGES_LATE_S`` gives the
-pages a core back once every request has waited that long on its way in while the queue refuses
-logins (a herd, which more hashing would not serve).
+pages a core back once every request has waited that long on its way in.
 """
 
 from __future__ import annotations
