@@ -163,10 +163,13 @@ def test_a_registration_from_a_browser_that_logged_in_here_before_hashes_in_the_
     assert lanes == [False, True, False]
 
 
-def test_with_newcomers_nice_newcomers_in_a_herd_hash_below_the_pages_and_known_devices_above(make_app, monkeypatch):
+def test_with_newcomers_nice_a_herd_hashes_below_the_pages_and_known_devices_with_it_while_it_arrives(
+    make_app, monkeypatch
+):
     """NEWCOMERS_NICE gives the hashes of browsers new to the site a queue of their own, which moves them
-    to threads below the thread serving pages in a herd; logins from devices their accounts know keep
-    the threads ahead of the pages."""
+    to threads below the thread serving pages in a herd; logins from devices their accounts know go below
+    with them while the herd is being refused, and back ahead once it stops arriving, though those of it
+    refused are still due back."""
     seen = {}
 
     def serve():  # in a thread of its own, so the test's own thread keeps its priority
@@ -198,6 +201,10 @@ def test_with_newcomers_nice_newcomers_in_a_herd_hash_below_the_pages_and_known_
             newcomers.busy_refusal()
         assert Browser(app.test_client()).login("bob", PASSWORD).status_code == 303  # a newcomer in the herd
         assert phone.login("alice", PASSWORD).status_code == 303  # alice, in the herd too
+        phone.logout()
+        newcomers.refused[False].clear()  # the herd stops arriving; those refused are still due back
+        assert Browser(app.test_client()).login("bob", PASSWORD).status_code == 303
+        assert phone.login("alice", PASSWORD).status_code == 303
         seen.update(before=before, pages=os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), hashes=priorities)
 
     thread = threading.Thread(target=serve)
@@ -205,7 +212,7 @@ def test_with_newcomers_nice_newcomers_in_a_herd_hash_below_the_pages_and_known_
     thread.join(30)
     ahead, below = seen["before"], min(19, seen["before"] + 9)
     assert seen["pages"] == min(19, seen["before"] + 5)
-    assert seen["hashes"] == [ahead, ahead, below, ahead]
+    assert seen["hashes"] == [ahead, ahead, below, below, below, ahead]
 
 
 def test_without_the_setting_every_login_hashes_in_one_lane(app, monkeypatch):
@@ -298,6 +305,22 @@ def test_newcomers_are_a_herd_while_more_are_due_back_than_the_slots_hash_in_a_w
     assert queue.in_herd(clock.now)
     clock.now += max([*retry_afters, last]) + 3.0  # all were due back, and a wait has gone by
     assert not queue.in_herd(clock.now)
+
+
+def test_the_known_devices_queue_follows_a_herd_of_newcomers_while_it_is_being_refused_and_no_longer():
+    clock = Clock()
+    newcomers = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, spread=lambda: 1.0, nice=9)
+    known = HashingQueue(slots=2, wait_s=3.0, native_threads=False, clock=clock, nice=9, herd_of=newcomers)
+    newcomers.seconds_per_hash = 0.25  # 2 slots hash 24 in a wait of 3 s
+    for _ in range(100):
+        known.busy_refusal(known=True)
+    assert not known.in_herd(clock.now), "its own refusals are no herd of newcomers"
+    for _ in range(25):
+        newcomers.busy_refusal()
+    assert known.in_herd(clock.now) and newcomers.in_herd(clock.now)
+    clock.now += 3.5  # no newcomer refused for a wait: the herd has stopped arriving
+    assert newcomers.in_herd(clock.now), "its newcomers are still due back"
+    assert not known.in_herd(clock.now), "the people already here are ahead of the pages again"
 
 
 def test_a_queue_without_threads_below_the_pages_is_never_in_a_herd():

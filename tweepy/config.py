@@ -91,7 +91,8 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "With BCRYPT_IN_THREADPOOL and HASH_KNOWN_DEVICES_FIRST: browsers new to the site hash in a queue of "
         "their own, on threads this far below the known devices' (nice; over PAGES_NICE: below the pages) "
-        "while more are due back than it hashes in a wait (a herd); 0: one queue",
+        "while more are due back than it hashes in a wait (a herd), the known devices' too while the herd "
+        "is being refused; 0: one queue",
         0,
     ),
     # Limits, checked before any password is hashed (throttle.py).

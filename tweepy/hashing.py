@@ -6,10 +6,10 @@ until its deadline; when congested, the queue turns newest-first and its waits s
 once a request that could not start in time (503, with a Retry-After that says how long the queue
 needs, counting everyone refused within the wait, who will come back too). In a herd, the people
 already using the site keep using it: logins from a device the account knows wait in a lane served
-first, and while pages are late one hashing thread rests. A queue given ``nice``
-(a process's second queue, the newcomers') moves its hashes to threads below the pages while more
-people are due back than it hashes in a wait. Every answer that hashed says where its time went
-(Server-Timing).
+first, and while pages are late one hashing thread rests. A queue given ``nice`` (a process's
+second queue, the newcomers') moves its hashes to threads below the pages while more people are due
+back than it hashes in a wait; the known devices' queue follows it there while that herd is still
+being refused, and no longer. Every answer that hashed says where its time went (Server-Timing).
 """
 
 from __future__ import annotations
@@ -151,6 +151,7 @@ class HashingQueue:
         spread: Callable[[], float] = lambda: 1.0 + random.random(),
         pages_late_s: float = 0.0,
         nice: int = 0,
+        herd_of: HashingQueue | None = None,
     ) -> None:
         self.slots = slots
         self.wait_s = wait_s
@@ -171,6 +172,10 @@ class HashingQueue:
         # With ``nice``, in a herd the hashes move to threads this far below the thread making the queue.
         self.nice = nice
         self.due_back: list[float] = []  # when those refused are due back (a heap), with ``nice``
+        # Or the queue whose herd moves these hashes below the pages too (the newcomers', for the known
+        # devices' queue), while that herd is still arriving: these hashes' own refusals, and those of
+        # its herd who are due back but gone, would keep the people already here below the pages after it.
+        self.herd_of = herd_of
         self.threads = HashingThreads(self) if native_threads else None
 
     @property
@@ -208,7 +213,7 @@ class HashingQueue:
         if not known:
             queued += len(self.waiting.others) + len(self.refused[False])
         retry_after = retry_after_s(queued, self.slots, self.seconds_per_hash, self.spread())
-        if self.nice:
+        if self.nice and self.herd_of is None:
             heapq.heappush(self.due_back, now + retry_after)
         return Busy(BUSY, retry_after=retry_after)
 
@@ -218,9 +223,20 @@ class HashingQueue:
         with threads below the pages (``nice``) tells; the caller holds the lock."""
         if not self.nice:
             return False
+        if self.herd_of is not None:
+            with self.herd_of.lock:
+                return self.herd_of.refusing_a_herd(now)
         while self.due_back and self.due_back[0] < now - self.wait_s:
             heapq.heappop(self.due_back)
         return len(self.due_back) > self.slots * self.wait_s / self.seconds_per_hash
+
+    def refusing_a_herd(self, now: float) -> bool:
+        """Whether more were refused within the last wait than the slots hash in one: a herd still arriving.
+        The caller holds the lock."""
+        refused = self.refused[False]
+        while refused and refused[0] < now - self.wait_s:
+            refused.popleft()
+        return len(refused) > self.slots * self.wait_s / self.seconds_per_hash
 
     def _refuses(self, now: float, deadline: float, known: bool) -> bool:
         """Whether a hash queued now could not start by ``deadline``, given the hashes ahead of it."""

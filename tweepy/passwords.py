@@ -9,8 +9,9 @@ same hashes for less CPU. A login that cannot start hashing within ``HASH_WAIT_S
 receiving it is answered 503 without any hash spent on it; with ``HASH_KNOWN_DEVICES_FIRST``,
 logins from devices their accounts know go ahead of everyone else's, and ``NEWCOMERS_NICE`` gives
 everyone else's a queue of its own, whose hashes move below the pages in a herd, so a herd of
-newcomers takes only the cores the people already on the site leave. ``PAGES_LATE_S`` gives the
-pages a core back once every request has waited that long on its way in.
+newcomers takes only the cores the pages leave; the known devices' hashes go below with them while
+the herd is being refused. ``PAGES_LATE_S`` gives the pages a core back once every request has
+waited that long on its way in.
 """
 
 from __future__ import annotations
@@ -115,24 +116,34 @@ def library() -> Library:
 
 @cache
 def _queue_of(
-    pid: int, slots: int, wait_s: float, native_threads: bool, pages_late_s: float, nice: int
+    pid: int,
+    slots: int,
+    wait_s: float,
+    native_threads: bool,
+    pages_late_s: float,
+    nice: int,
+    herd_of: HashingQueue | None = None,
 ) -> HashingQueue:
     """One queue per process (two with NEWCOMERS_NICE), made after the fork (uWSGI's lazy-apps): its
     threads are its own."""
-    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s, nice=nice)
+    return HashingQueue(slots, wait_s, native_threads, pages_late_s=pages_late_s, nice=nice, herd_of=herd_of)
 
 
 def _queue(config, first: bool = True) -> HashingQueue:
     """The queue of the process's hashes; with NEWCOMERS_NICE, the one of the lane served first
-    (``first``) or the newcomers' own, whose hashes move to threads below the pages in a herd."""
-    return _queue_of(
+    (``first``) or the newcomers' own, whose hashes move to threads below the pages in a herd (the
+    first's follow them while it arrives)."""
+    args = (
         os.getpid(),
         config["HASHING_SLOTS"],
         config["HASH_WAIT_S"],
         config["BCRYPT_IN_THREADPOOL"],
         config["PAGES_LATE_S"] if config["BCRYPT_IN_THREADPOOL"] else 0.0,
-        0 if first else config["NEWCOMERS_NICE"],
     )
+    nice = config["NEWCOMERS_NICE"]
+    newcomers = _queue_of(*args, nice)  # without NEWCOMERS_NICE, the process's one queue
+    # The known devices' queue follows a herd of newcomers below the pages while it arrives.
+    return _queue_of(*args, nice, newcomers) if first and nice else newcomers
 
 
 def _queues(config) -> tuple[HashingQueue, ...]:
