@@ -426,6 +426,21 @@ def test_a_profile_samples_every_app_server_and_not_nginx_and_draws_the_first_wh
     assert "first_node" in picture and "second_node" not in picture and "front_door" not in picture
 
 
+def test_a_hashing_thread_waiting_for_its_bell_is_idle_and_its_work_is_not():
+    from tools import profile
+
+    thread = 'process 7:"uwsgi";thread (0x1);_bootstrap (threading.py:1002)'
+    loop = "HashingThreads._serve (tweepy/hashing_threads.py"
+    stacks = [
+        f"{thread};{loop}:66) 36",  # waiting for its bell
+        f"{thread};{loop}:70);HashingThreads._hash (tweepy/hashing_threads.py:88);_crypt (tweepy/passwords.py:60) 50",
+        f"{thread};{loop}:69);HashingThreads._next (tweepy/hashing_threads.py:78) 2",
+    ]
+    _, own, counts = profile.busy_functions(stacks)
+    assert counts == {"busy": 2, "hashing": 50, "idle": 36}
+    assert list(own) == ["HashingThreads._next (tweepy/hashing_threads.py:78)"]
+
+
 def test_a_profile_of_a_stage_hashing_on_its_own_threads_shows_their_cpu_measured():
     from tools import profile
 
