@@ -175,6 +175,7 @@ class HashingQueue:
         # Or the queue whose herd moves these hashes below the pages too (the newcomers', for the known
         # devices' queue), while that herd is still arriving: these hashes' own refusals, and those of
         # its herd who are due back but gone, would keep the people already here below the pages after it.
+        # Its lock is taken inside this queue's, never the other way round.
         self.herd_of = herd_of
         self.threads = HashingThreads(self) if native_threads else None
 
