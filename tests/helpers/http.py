@@ -53,5 +53,6 @@ def worker_of(response: requests.Response) -> str:
 
 def logged_in(base_url: str, name: str) -> Visitor:
     visitor = Visitor(base_url)
-    assert visitor.login(name).status_code == 303
+    answer = visitor.login(name)
+    assert answer.status_code == 303, f"{name}'s login: {answer.status_code} {answer.headers} {answer.text[:300]}"
     return visitor
