@@ -207,9 +207,7 @@ class HashingQueue:
         refused within the wait there (they come back): a known device waits for its own lane only."""
         now = self.clock()
         self.refused[known].append(now)
-        for refused in self.refused.values():
-            while refused and refused[0] < now - self.wait_s:
-                refused.popleft()
+        self._forget_refusals_before(now - self.wait_s)
         queued = self.busy + len(self.waiting.known) + len(self.refused[True])
         if not known:
             queued += len(self.waiting.others) + len(self.refused[False])
@@ -229,15 +227,22 @@ class HashingQueue:
                 return self.herd_of.refusing_a_herd(now)
         while self.due_back and self.due_back[0] < now - self.wait_s:
             heapq.heappop(self.due_back)
-        return len(self.due_back) > self.slots * self.wait_s / self.seconds_per_hash
+        return self._more_than_a_wait_hashes(len(self.due_back))
 
     def refusing_a_herd(self, now: float) -> bool:
         """Whether more were refused within the last wait than the slots hash in one: a herd still arriving.
         The caller holds the lock."""
-        refused = self.refused[False]
-        while refused and refused[0] < now - self.wait_s:
-            refused.popleft()
-        return len(refused) > self.slots * self.wait_s / self.seconds_per_hash
+        self._forget_refusals_before(now - self.wait_s)
+        return self._more_than_a_wait_hashes(len(self.refused[False]))
+
+    def _forget_refusals_before(self, since: float) -> None:
+        for refused in self.refused.values():
+            while refused and refused[0] < since:
+                refused.popleft()
+
+    def _more_than_a_wait_hashes(self, people: int) -> bool:
+        """Whether ``people`` are more than the slots hash in one wait: a herd."""
+        return people > self.slots * self.wait_s / self.seconds_per_hash
 
     def _refuses(self, now: float, deadline: float, known: bool) -> bool:
         """Whether a hash queued now could not start by ``deadline``, given the hashes ahead of it."""
