@@ -681,6 +681,26 @@ def test_the_plan_reads_the_declared_settings_and_refuses_steps_going_down():
         plan.make_plan([6], False, {"TWEEPY_BENCH_STEPS": "20 10"})
 
 
+def test_the_default_stage_alone_is_started_again_at_its_targets_load_when_its_capacity_lies_past_it():
+    # libxcrypt's 9.78 hashes a second make a bound of 805 QPS, 55% of it 443 users; pyca's 8.4 make 692.
+    bound = {"hashes_per_s": 8.4, "libraries": {"pyca": {"hashes_per_s": 8.4}, "libxcrypt": {"hashes_per_s": 9.78}}}
+    p = plan.make_plan([4, 6], False, {})
+    default = stages.get_stage(stages.DEFAULT_STAGE)
+    assert default.app_setting("BCRYPT_LIBRARY") == "libxcrypt"
+    assert plan.cold_starts(p, default, 550, bound) == {"cold_start": 550, "cold_start_at_target": 443}
+    assert plan.cold_starts(p, default, 400, bound) == {"cold_start": 400}, "its capacity is the harder test"
+    assert plan.cold_starts(p, stages.get_stage(4), 600, bound) == {"cold_start": 600}
+    assert plan.cold_starts(plan.make_plan([6], False, {"TWEEPY_BENCH_TARGET_SHARE": "0"}), default, 550, bound) == {
+        "cold_start": 550
+    }
+    assert plan.cold_starts(plan.make_plan([6], False, {"TWEEPY_BENCH_COLD_WINDOWS": "0"}), default, 550, bound) == {}
+
+
+def test_the_makefile_serves_the_default_stage_when_no_stage_is_checked_out():
+    makefile = (stages.ROOT / "Makefile").read_text()
+    assert f"STAGE  ?= $(shell cat stages/CURRENT 2>/dev/null || echo {stages.DEFAULT_STAGE})" in makefile
+
+
 def test_a_quick_run_keeps_its_small_data_whatever_the_environment_says():
     p = plan.make_plan([6], True, {"TWEEPY_BENCH_USERS": "10000"})
     assert p.users == 200 and p.quick

@@ -91,3 +91,16 @@ def test_the_cold_start_and_the_herd_are_made_again_from_their_windows():
     assert found["cold"]["windows_met"] == 3 and found["cold"]["tasks_per_s"]["median"] == 110.0
     assert found["herd_figures"]["goodput_pct_of_capacity"] == round(100 * 85.0 / 110.0, 1)
     assert found["herd_figures"]["recovered_after_s"] == 20.0, "the first window back that met the bar"
+
+
+def test_the_cold_start_at_the_targets_load_is_made_again_from_its_own_files():
+    timelines = {"requests": 900, "failures": 0, "p95_ms": 40, "max_ms": 90}
+    window = {"window_s": 10.0, **timelines, "server_cpu_ms_per_request": 2, "by_request": {"GET /tweets/": timelines}}
+    cold = {"state": "done", "users": 100, "windows": [window], "recovery": []}
+    target = {"state": "stopped", "users": 80, "windows": [window, window], "recovery": []}
+    row = {"stage": 6, "part": None, "steps": [], "cold_start": {"state": "complete"}}
+    files = {"stage6-cold.json": json.dumps(cold).encode(), "stage6-cold-target.json": json.dumps(target).encode()}
+    found = raw.recompute({"bar": None, "stages": [row]}, files)["stages"][0]
+    assert (found["cold_start"]["users"], found["cold_start"]["state"]) == (100, "complete")
+    at_target = found["cold_start_at_target"]
+    assert (at_target["users"], at_target["cold"]["windows"], at_target["state"]) == (80, 2, "cut short")

@@ -144,3 +144,15 @@ def test_the_report_shows_each_cold_start_beside_its_herd():
     assert row.startswith("| 6 vertical | 300 | 3/3 | 305 (300-310) | 900 |")
     assert row.endswith("| 600 | 93.5% | not within the limit |")
     assert cold_report.cold_start_table({"plan": {}, "stages": [{"stage": 6}]}) == []
+
+
+def test_the_report_shows_the_default_stages_cold_start_at_its_targets_load_under_its_capacitys():
+    def cold(users):
+        summary = figures.cold_summary([window(users), window(users)])
+        return {"users": users, "cold": summary, "herd": {"users": 2 * users}, "herd_figures": {}}
+
+    stage = {"stage": 6, "name": "vertical", "cold_start": cold(550), "cold_start_at_target": cold(443)}
+    table = cold_report.cold_start_table({"plan": {"target_share": 0.55}, "stages": [stage]})
+    assert table[-2].startswith("| 6 vertical | 550 | 2/2 |")
+    assert table[-1].startswith("| 6 vertical, at 55% of its bcrypt bound | 443 | 2/2 |")
+    assert "as many users as 55% of its bcrypt bound in QPS" in table[0]

@@ -118,6 +118,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Windows of the cold start, each judged; its figures are their medians (0: none)",
         0,
     ),
+    Setting(
+        "TWEEPY_BENCH_TARGET_SHARE",
+        0.55,
+        "The default stage's cold start and herd run again at this share of its bcrypt bound, in users (0: not)",
+        0,
+    ),
     Setting("TWEEPY_BENCH_HERD", 2.0, "Users of the herd that follows the cold start, times its users, all at once", 1),
     Setting(
         "TWEEPY_BENCH_RECOVERY_WINDOW", 10.0, "Seconds of each window judged after the herd, until one meets the bar", 1

@@ -114,7 +114,7 @@ def report(result: dict, stage: stages.Stage, plan) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.split("\n")[0])
-    parser.add_argument("stage", type=int, nargs="?", default=6)
+    parser.add_argument("stage", type=int, nargs="?", default=stages.DEFAULT_STAGE)
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--every", type=float, default=10, help="seconds between memory samples")

@@ -16,8 +16,10 @@ from pathlib import Path
 from tools import services, stages
 from tools.bench.machine import ROOT, say
 from tools.bench.plan import (
+    COLD_FILES,
     Plan,
     cold_environment,
+    cold_starts,
     cold_time_limit,
     locust_command,
     search_time_limit,
@@ -154,16 +156,16 @@ def measure_capacity(plan: Plan, running: stages.Running, raw: Path, bound: dict
     return search_outcome(out, process.returncode, running.alive(), log_path.name)
 
 
-def measure_cold_start(plan: Plan, running: stages.Running, raw: Path, users: int) -> dict:
+def measure_cold_start(plan: Plan, running: stages.Running, raw: Path, users: int, name: str = "cold") -> dict:
     """The cold start and the herd (``tools/bench/cold_shape.py``) on a stage just started."""
     slug = running.stage.slug
-    out = raw / f"stage{slug}-cold.json"
+    out = raw / f"stage{slug}-{name}.json"
     out.unlink(missing_ok=True)
     servers = [pid for pids in tiers_of(running).values() for pid in pids]
     env = {**os.environ, **cold_environment(plan, out, servers, users)}
     files = "locustfile.py,tools/bench/cold_shape.py"
-    command = locust_command(plan, files, running.url, raw / f"stage{slug}-cold", None, cold_time_limit(plan))
-    log_path = raw / f"stage{slug}-cold-locust.log"
+    command = locust_command(plan, files, running.url, raw / f"stage{slug}-{name}", None, cold_time_limit(plan))
+    log_path = raw / f"stage{slug}-{name}-locust.log"
     with open(log_path, "wb") as log, started(command, env=env, stdout=log, stderr=subprocess.STDOUT) as process:
         ends, shown = time.monotonic() + cold_time_limit(plan) + 60, None
         while process.poll() is None and time.monotonic() < ends:
@@ -281,11 +283,11 @@ def bench_stage(plan: Plan, stage: stages.Stage, master: Path, raw: Path, bound:
         )
     else:
         say(f"  stage {label}: no step met the bar")
-    if best and plan.cold_windows:
-        say(f"  stage {label}: started afresh for the cold start: {best['users']} users at {plan.cold_rate:g} a second")
+    for key, users in (cold_starts(plan, stage, best["users"], bound) if best else {}).items():
+        say(f"  stage {label}: started afresh for the cold start: {users} users at {plan.cold_rate:g} a second")
         with served(plan, stage, master) as (running, _):
-            result["cold_start"] = measure_cold_start(plan, running, raw, best["users"])
-        say(cold_line(label, result["cold_start"]))
+            result[key] = measure_cold_start(plan, running, raw, users, COLD_FILES[key])
+        say(cold_line(label, result[key]))
     if searched["overload"]:
         o = searched["overload"]
         say(

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from tools import stages
+from tools.bench.figures import protocol_qps_bound
 from tools.protocol import SETTINGS, Bar, bar_from_env, numbers, setting
 
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -34,6 +35,7 @@ class Plan:
     cold_rate: float = DEFAULTS["TWEEPY_BENCH_COLD_RATE"]
     cold_windows: int = DEFAULTS["TWEEPY_BENCH_COLD_WINDOWS"]  # 0: no cold start nor herd
     herd: float = DEFAULTS["TWEEPY_BENCH_HERD"]
+    target_share: float = DEFAULTS["TWEEPY_BENCH_TARGET_SHARE"]
     recovery_window_s: float = DEFAULTS["TWEEPY_BENCH_RECOVERY_WINDOW"]
     recovery_limit_s: float = DEFAULTS["TWEEPY_BENCH_RECOVERY_LIMIT"]
     locust_processes: int = DEFAULTS["LOCUST_PROCESSES"]
@@ -86,6 +88,7 @@ ATTRIBUTES = {
     "TWEEPY_BENCH_COLD_RATE": "cold_rate",
     "TWEEPY_BENCH_COLD_WINDOWS": "cold_windows",
     "TWEEPY_BENCH_HERD": "herd",
+    "TWEEPY_BENCH_TARGET_SHARE": "target_share",
     "TWEEPY_BENCH_RECOVERY_WINDOW": "recovery_window_s",
     "TWEEPY_BENCH_RECOVERY_LIMIT": "recovery_limit_s",
     "TWEEPY_BENCH_NETWORK_DELAY_MS": "network_delay_ms",
@@ -177,6 +180,26 @@ def cold_environment(plan: Plan, out, server_pids: list[int], users: int) -> dic
         "TWEEPY_BAR_FAILURES": str(plan.bar.max_failures),
         "TWEEPY_BAR_MIN_REQUESTS": str(plan.bar.min_requests),
     }
+
+
+# Each cold start a stage may get: the key its result keeps it under, and its raw files' name.
+COLD_FILES = {"cold_start": "cold", "cold_start_at_target": "cold-target"}
+
+
+def cold_starts(plan: Plan, stage: stages.Stage, capacity_users: int, bound: Mapping) -> dict[str, int]:
+    """The cold starts a stage gets, by the key its result keeps each under, with their users: one at its
+    capacity; and, for the default stage whose capacity lies past it, one at the share of its bcrypt bound
+    (its own library's hashes a second x 247/3, a user asking about once a second) the targets are written
+    for. Only the default stage's: another cold start and herd add some eight minutes to a stage."""
+    if not plan.cold_windows:
+        return {}
+    starts = {"cold_start": capacity_users}
+    if stage.number == stages.DEFAULT_STAGE and not stage.part and plan.target_share:
+        probe = (bound.get("libraries") or {}).get(stage.app_setting("BCRYPT_LIBRARY")) or bound
+        users = round(plan.target_share * protocol_qps_bound(probe["hashes_per_s"]))
+        if users < capacity_users:
+            starts["cold_start_at_target"] = users
+    return starts
 
 
 def cold_time_limit(plan: Plan) -> float:

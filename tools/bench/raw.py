@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tools import stages
 from tools.bench.figures import cold_summary, herd_figures, judged, plain_stats, step_verdict
+from tools.bench.plan import COLD_FILES
 from tools.protocol import AGGREGATED, Bar, RequestStats, completed_tasks, hashes_done
 
 ARCHIVE = "raw.tar.xz"
@@ -91,12 +92,13 @@ def recompute(report: dict, files: dict[str, bytes]) -> dict:
                 row.pop(stale, None)
         if f"stage{slug}-ceiling.json" in files:
             row["ceiling"] = json.loads(files[f"stage{slug}-ceiling.json"])
-        if f"stage{slug}-cold.json" in files:
-            row["cold_start"] = recomputed_cold(json.loads(files[f"stage{slug}-cold.json"]), bar, row)
+        for key, name in COLD_FILES.items():
+            if f"stage{slug}-{name}.json" in files:
+                row[key] = recomputed_cold(json.loads(files[f"stage{slug}-{name}.json"]), bar, row.get(key))
     return again
 
 
-def recomputed_cold(cold: dict, bar: Bar, row: dict) -> dict:
+def recomputed_cold(cold: dict, bar: Bar, earlier: dict | None) -> dict:
     windows = [rejudged_window(w, bar) for w in cold.get("windows", [])]
     herd = rejudged_window(cold["herd"], bar) if cold.get("herd") else None
     recovery = [rejudged_window(w, bar) for w in cold.get("recovery", [])]
@@ -105,7 +107,7 @@ def recomputed_cold(cold: dict, bar: Bar, row: dict) -> dict:
         found["cold"] = cold_summary(windows)
     if herd is not None:
         found["herd_figures"] = herd_figures(windows, herd, recovery)
-    state = (row.get("cold_start") or {}).get("state")
+    state = (earlier or {}).get("state")
     return {**found, "state": state or ("complete" if cold.get("state") == "done" else "cut short")}
 
 
