@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tools.bench.figures import judged, median_and_spread, plain_stats, protocol_qps_bound
+from tools.bench.figures import judged, median_and_spread, plain_stats, probe_of, protocol_qps_bound
 from tools.protocol import AGGREGATED, Bar, RequestStats
 
 # How many windows a published capacity rests on at least: the search's own, then repeats at its step.
@@ -96,7 +96,7 @@ def capacity_of(steps: list[Mapping], bar: Bar) -> tuple[Mapping | None, dict | 
 
 def share_of_bound(rps: float, bound: Mapping | None, library: str = "pyca") -> float | None:
     """QPS as a share of the run's own bcrypt bound (its library's hashes a second x 247/3)."""
-    probe = ((bound or {}).get("libraries") or {}).get(library) or bound
+    probe = probe_of(bound or {}, library)
     if not probe or not probe.get("hashes_per_s"):
         return None
     return round(rps / protocol_qps_bound(probe["hashes_per_s"]), 3)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from tools import stages
-from tools.bench.figures import protocol_qps_bound
+from tools.bench.figures import probe_of, protocol_qps_bound
 from tools.protocol import SETTINGS, Bar, bar_from_env, numbers, setting
 
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -195,7 +195,7 @@ def cold_starts(plan: Plan, stage: stages.Stage, capacity_users: int, bound: Map
         return {}
     starts = {"cold_start": capacity_users}
     if stage.number == stages.DEFAULT_STAGE and not stage.part and plan.target_share:
-        probe = (bound.get("libraries") or {}).get(stage.app_setting("BCRYPT_LIBRARY")) or bound
+        probe = probe_of(bound, stage.app_setting("BCRYPT_LIBRARY"))
         users = round(plan.target_share * protocol_qps_bound(probe["hashes_per_s"]))
         if users < capacity_users:
             starts["cold_start_at_target"] = users
