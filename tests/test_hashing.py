@@ -621,6 +621,51 @@ def test_under_gevent_a_hashing_thread_takes_the_next_hash_while_the_event_loop_
     assert seen["busy"] == 0
 
 
+IMPORTS_BY_THREAD = """
+from gevent import monkey
+
+monkey.patch_all()
+import json, sys, threading
+import gevent
+
+get_native_id = monkey.get_original("threading", "get_native_id")
+imported_on = []  # (native thread id, module) of every import the finders were asked for
+
+
+class Recorder:
+    def find_spec(self, name, path=None, target=None):
+        imported_on.append((get_native_id(), name))
+        return None  # the next finder imports it
+
+
+main = get_native_id()
+assert "setproctitle" not in sys.modules and "legacycrypt" not in sys.modules
+sys.meta_path.insert(0, Recorder())
+from tweepy.hashing import HashingQueue
+from tweepy.passwords import LIBRARIES
+
+newcomers = HashingQueue(slots=2, wait_s=5.0, native_threads=True, nice=19)
+known = HashingQueue(slots=2, wait_s=5.0, native_threads=True, nice=19, herd_of=newcomers)
+hash_at_cost_4 = LIBRARIES["libxcrypt"].hash
+hashes = [gevent.spawn(q.run, hash_at_cost_4, "tweepy123", 4) for q in (newcomers, known) for _ in range(4)]
+gevent.joinall(hashes, raise_error=True)
+print(json.dumps({"hashed": sum(h.value.startswith("$2") for h in hashes),
+                  "off_the_main_thread": sorted({name for tid, name in imported_on if tid != main})}))
+"""
+
+
+def test_a_hashing_thread_imports_nothing_so_no_import_lock_can_stop_it():
+    """Under gevent the import locks are gevent's, and a native thread importing beside another can block
+    on one for good: a node whose first logins then wait out their 3 s and are refused, every one after.
+    So everything a hashing thread runs (naming itself, libxcrypt's hash) is imported before it starts."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-c", IMPORTS_BY_THREAD], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout)
+    assert seen["hashed"] == 8
+    assert seen["off_the_main_thread"] == []
+
+
 def test_the_refusal_a_hash_would_get_is_known_before_queueing_it():
     clock = Clock()
     queue = HashingQueue(slots=1, wait_s=3.0, native_threads=False, clock=clock)

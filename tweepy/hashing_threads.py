@@ -32,7 +32,11 @@ class HashingThreads:
 
     def __init__(self, queue: HashingQueue) -> None:
         from gevent import get_hub, monkey
+        from setproctitle import setthreadtitle  # requirements/serve.txt's: BCRYPT_IN_THREADPOOL is a served stage's
 
+        # Imported here, never on a hashing thread: under monkey-patching the import locks are gevent's,
+        # and a native thread importing beside another can block on one for good, never to hash.
+        self.name_thread = setthreadtitle
         self.queue = queue
         original = monkey.get_original("queue", "SimpleQueue")  # blocks a native thread, never a greenlet
         self.bells = {False: original(), True: original()}  # the threads ahead of the pages', those below's
@@ -54,9 +58,7 @@ class HashingThreads:
         self.bells[below].put(None)
 
     def _serve(self, below: bool) -> None:
-        from setproctitle import setthreadtitle  # requirements/serve.txt's: BCRYPT_IN_THREADPOOL is a served stage's
-
-        setthreadtitle(HASHING_THREAD)
+        self.name_thread(HASHING_THREAD)
         if below:
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + self.queue.nice))

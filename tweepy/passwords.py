@@ -48,6 +48,14 @@ class Library:
     matches: Callable[[str, str], bool]  # (password_hash, password)
 
 
+# Imported with the module, never on a hashing thread: under monkey-patching the import locks are
+# gevent's, and a native thread importing beside another can block on one for good.
+try:
+    import legacycrypt  # ctypes over crypt_r: thread-safe, and the GIL is released while it hashes
+except ImportError:  # no libcrypt here: pyca's bcrypt is the only library (makes_pycas_hashes says no)
+    legacycrypt = None
+
+
 def _pyca_hash(password: str, cost: int) -> str:
     return bcrypt.generate_password_hash(password, cost).decode()
 
@@ -58,8 +66,8 @@ def _pyca_matches(password_hash: str, password: str) -> bool:
 
 def _crypt(password: str, setting: str) -> str:
     """libxcrypt's bcrypt of ``password`` with the salt and cost of ``setting`` (a salt, or a whole hash)."""
-    import legacycrypt  # ctypes over crypt_r: thread-safe, and the GIL is released while it hashes
-
+    if legacycrypt is None:
+        raise ImportError("libcrypt / libxcrypt missing")
     # A C string ends at NUL and bcrypt reads 72 bytes: refuse what either would silently cut short.
     if "\x00" in password or len(password.encode()) > MAX_PASSWORD_BYTES:
         raise ValueError("bcrypt takes at most 72 bytes and no NUL")
