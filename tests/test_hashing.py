@@ -625,7 +625,7 @@ IMPORTS_BY_THREAD = """
 from gevent import monkey
 
 monkey.patch_all()
-import json, sys, threading
+import json, sys
 import gevent
 
 get_native_id = monkey.get_original("threading", "get_native_id")

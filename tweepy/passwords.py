@@ -48,8 +48,7 @@ class Library:
     matches: Callable[[str, str], bool]  # (password_hash, password)
 
 
-# Imported with the module, never on a hashing thread: under monkey-patching the import locks are
-# gevent's, and a native thread importing beside another can block on one for good.
+# Imported with the module: ``_crypt`` runs on the hashing threads, which must import nothing (hashing_threads.py).
 try:
     import legacycrypt  # ctypes over crypt_r: thread-safe, and the GIL is released while it hashes
 except ImportError:  # no libcrypt here: pyca's bcrypt is the only library (makes_pycas_hashes says no)
