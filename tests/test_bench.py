@@ -778,6 +778,7 @@ def test_quick_bench_starts_the_stage_afresh_for_a_cold_start_and_a_herd(tmp_pat
     assert cold["ramp"]["by_request"][FIRST_LOGIN_KEY]["requests"] == cold["users"], "every visitor logged in anew"
     assert len(cold["windows"]) == 1 and cold["windows"][0]["tasks_per_s"] > 0
     assert cold["herd"]["users"] == 2 * cold["users"] and cold["recovery"]
+    assert len(cold["herds"]) == 2 and cold["herd_figures"]["herds"] == 2, "a quick run's herds come twice"
     assert "goodput_pct_of_capacity" in cold["herd_figures"]
     assert f"| 6 vertical | {cold['users']} | " in (tmp_path / "RESULTS.md").read_text()
     assert "stage 6 vertical: cold start at" in stdout

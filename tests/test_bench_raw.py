@@ -93,6 +93,34 @@ def test_the_cold_start_and_the_herd_are_made_again_from_their_windows():
     assert found["herd_figures"]["recovered_after_s"] == 20.0, "the first window back that met the bar"
 
 
+def test_each_herd_is_made_again_from_its_own_windows_and_their_medians_from_them():
+    def window(timelines, failures=0, **extra):
+        by_request = {"GET /tweets/": {"requests": timelines, "failures": failures, "p95_ms": 40, "max_ms": 90}}
+        return {"window_s": 10.0, "requests": timelines, "failures": failures, "p95_ms": 40, "max_ms": 90,
+                "server_cpu_ms_per_request": 2.0, "by_request": by_request, **extra}  # fmt: skip
+
+    def herd(timelines, back_after):
+        recovery = [window(1000, failures=3, ended_s_after_return=10.0)]
+        recovery += [window(1000, ended_s_after_return=s) for s in back_after]
+        return {"herd": {"users": 200, **window(timelines)}, "recovery": recovery, "figures": {"stale": True}}
+
+    cold = {
+        "state": "done",
+        "users": 100,
+        "windows": [window(1000)] * 3,
+        "herds": [herd(900, [20.0]), herd(1100, []), herd(1000, [20.0])],
+    }
+    row = {"stage": 6, "part": None, "steps": [], "cold_start": {"state": "complete"}}
+    again = raw.recompute({"bar": None, "stages": [row]}, {"stage6-cold.json": json.dumps(cold).encode()})
+    found = again["stages"][0]["cold_start"]
+    each = [h["figures"] for h in found["herds"]]
+    assert [h["goodput_pct_of_capacity"] for h in each] == [90.0, 110.0, 100.0]
+    assert [h["recovered_after_s"] for h in each] == [20.0, None, 20.0], "the second never met the bar"
+    assert found["herd_figures"]["goodput_pct_of_capacity"] == 100.0
+    assert found["herd_figures"]["recovered_after_s"] == 20.0
+    assert found["herd"]["users"] == 200
+
+
 def test_the_cold_start_at_the_targets_load_is_made_again_from_its_own_files():
     timelines = {"requests": 900, "failures": 0, "p95_ms": 40, "max_ms": 90}
     window = {"window_s": 10.0, **timelines, "server_cpu_ms_per_request": 2, "by_request": {"GET /tweets/": timelines}}

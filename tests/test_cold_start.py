@@ -11,9 +11,8 @@ from tools import protocol as shared
 from tools.bench import cold_report, figures
 
 
-@pytest.fixture
-def cold(protocol, tmp_path, monkeypatch):  # noqa: F811
-    """A ColdStartAndHerd of 10 users at 5 a second, two 30 s windows, a herd of 20, 10 s recovery windows."""
+def cold_shape_with(herds: int, tmp_path, monkeypatch):
+    """A ColdStartAndHerd of 10 users at 5 a second, two 30 s windows, herds of 20, 10 s recovery windows."""
     from tools.bench import cold_shape
 
     settings = {
@@ -22,11 +21,23 @@ def cold(protocol, tmp_path, monkeypatch):  # noqa: F811
         "TWEEPY_BENCH_COLD_WINDOWS": "2",
         "TWEEPY_BENCH_WINDOW": "30",
         "TWEEPY_BENCH_HERD": "2",
+        "TWEEPY_BENCH_HERDS": str(herds),
         "TWEEPY_BENCH_RECOVERY_WINDOW": "10",
         "TWEEPY_BENCH_RECOVERY_LIMIT": "30",
         "TWEEPY_BENCH_OUT": str(tmp_path / "cold.json"),
     }
     return driven(cold_shape, cold_shape.ColdStartAndHerd, settings, monkeypatch)
+
+
+@pytest.fixture
+def cold(protocol, tmp_path, monkeypatch):  # noqa: F811
+    """The cold start with one herd."""
+    return cold_shape_with(1, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def cold_and_three_herds(protocol, tmp_path, monkeypatch):  # noqa: F811
+    return cold_shape_with(3, tmp_path, monkeypatch)
 
 
 def test_users_arrive_at_the_cold_rate_then_the_herd_all_at_once_then_back_to_the_users(cold):
@@ -99,6 +110,47 @@ def test_a_stage_that_never_meets_the_bar_after_the_herd_is_said_not_to_recover(
     assert shape.result["herd_figures"]["recovered_after_s"] is None
 
 
+def test_herds_come_in_turn_each_once_the_last_is_back_and_their_figures_are_medians(cold_and_three_herds):
+    shape, later = cold_and_three_herds
+    later(0)
+    first = [FakeVisitor(shape.runner) for _ in range(10)]
+    log_in(shape, 10)
+    later(1)
+    for _ in range(2):
+        serve(shape, 300)  # 10 completed tasks a second
+        later(30)
+    for goodput, refusing_for in ((270, 1), (240, 3), (285, 2)):  # each herd, and its recovery windows that miss
+        assert shape.phase == "herd" and later(0) == (20, 20), "twice the users, all at once, every time"
+        herd = [FakeVisitor(shape.runner) for _ in range(10)]
+        serve(shape, goodput)
+        later(30)
+        assert [visitor.stopped_by_force for visitor in herd] == [True] * 10
+        for _ in range(refusing_for):
+            serve(shape, 100, failures=1)
+            later(10)
+        if refusing_for < 3:
+            serve(shape, 100)
+            later(10)
+    assert shape.state == "done" and later(1) is None
+    assert [visitor.stopped_by_force for visitor in first] == [None] * 10, "the first users stayed throughout"
+    each = [h["figures"] for h in shape.result["herds"]]
+    assert [h["goodput_pct_of_capacity"] for h in each] == [90.0, 80.0, 95.0]
+    assert [h["recovered_after_s"] for h in each] == [20.0, None, 30.0], "the second never met the bar in 30 s"
+    summary = shape.result["herd_figures"]
+    assert (summary["herds"], summary["goodput_pct_of_capacity"]) == (3, 90.0)
+    assert summary["recovered_after_s"] == 30.0, "the median, a herd that never came back counted as the slowest"
+    assert [len(h["recovery"]) for h in shape.result["herds"]] == [2, 3, 3], "each herd's windows kept apart"
+
+
+def test_the_median_way_back_is_never_when_most_herds_never_came_back():
+    herd = {"tasks_per_s": 9.0, "goodput_pct_of_capacity": 90.0, "failures": 0}
+    times = [None, 20.0, None]
+    summary = figures.herds_summary([{**herd, "recovered_after_s": s} for s in times])
+    assert summary["recovered_after_s"] is None and summary["recovered_after_s_each"] == times
+    two = figures.herds_summary([{**herd, "recovered_after_s": s} for s in (10.0, 40.0)])
+    assert two["recovered_after_s"] == 40.0, "of two, the later: a figure that could be never is not averaged"
+
+
 def test_only_the_request_that_completes_a_task_counts_as_a_completed_task():
     by_type = [
         shared.RequestStats("GET /", 50),  # the login form fetched again by someone refused: nothing done
@@ -144,6 +196,23 @@ def test_the_report_shows_each_cold_start_beside_its_herd():
     assert row.startswith("| 6 vertical | 300 | 3/3 | 305 (300-310) | 900 |")
     assert row.endswith("| 600 | 93.5% | not within the limit |")
     assert cold_report.cold_start_table({"plan": {}, "stages": [{"stage": 6}]}) == []
+
+
+def test_the_report_shows_the_herds_medians_then_each_ones_way_back():
+    each = [(97.3, 30.0), (88.1, None), (102.7, 20.0)]
+    herds = [
+        {"tasks_per_s": pct, "goodput_pct_of_capacity": pct, "failures": 0, "recovered_after_s": s} for pct, s in each
+    ]
+    cold = {
+        "users": 300,
+        "cold": figures.cold_summary([window(300), window(310), window(305)]),
+        "herd": {"users": 600},
+        "herd_figures": figures.herds_summary(herds),
+    }
+    report = {"plan": {"herds": 3}, "stages": [{"stage": 6, "name": "vertical", "cold_start": cold}]}
+    table = cold_report.cold_start_table(report)
+    assert table[-1].endswith("| 600 | 97.3% (88.1-102.7) | 30 s (30, never, 20) |")
+    assert "3 herds, each once the last was over" in table[0]
 
 
 def test_the_report_shows_the_default_stages_cold_start_at_its_targets_load_under_its_capacitys():

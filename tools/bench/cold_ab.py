@@ -19,7 +19,7 @@ from pathlib import Path
 from tools import stages
 from tools.bench import measure, serving
 from tools.bench.__main__ import stop_cleanly_on_sigterm
-from tools.bench.cold_report import p95_cell
+from tools.bench.cold_report import herd_cells, p95_cell
 from tools.bench.machine import ROOT, bcrypt_bound, git_commit, machine, say
 from tools.bench.plan import make_plan
 from tools.bench.runs import RESULTS
@@ -85,7 +85,7 @@ def readme(runs: list[dict], about: dict) -> str:
         f"commit {about['commit']}, {about['date']}; {plan.users:,} users and {plan.tweets:,} tweets seeded.",
         f"Each run: the stage started afresh (empty caches){network_of(plan)}, {runs[0]['users']} users arriving at "
         f"{plan.cold_rate:g} a second, {plan.cold_windows} window{'s' if plan.cold_windows != 1 else ''} of "
-        f"{plan.window_s:g} s once all had logged in, each judged by the bar, then a herd of "
+        f"{plan.window_s:g} s once all had logged in, each judged by the bar, then {herds_text(plan.herds)} of "
         f"{round(plan.herd * runs[0]['users']):,} users for a window, whose newcomers then left at once. Run in the "
         f"order {order}; the host's hashes a second (pyca / libxcrypt) probed before each run. Medians of the "
         "windows, QPS with its range; `cold.json` holds every window. Made by "
@@ -95,6 +95,10 @@ def readme(runs: list[dict], about: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def herds_text(herds: int) -> str:
+    return "a herd" if herds == 1 else f"{herds} herds in turn (their medians, then each one's)"
 
 
 def network_of(plan) -> str:
@@ -118,17 +122,12 @@ def table(runs: list[dict]) -> list[str]:
             lines.append(f"| {run['run']} | {run['stage']} | {speeds} | {cold.get('state')} | | | | | | |")
             continue
         rps = summary["rps"]
-        back = herd.get("recovered_after_s")
-        herd_cells = (
-            f"{herd['goodput_pct_of_capacity']}% | {'never' if back is None else f'after {back:g} s'}"
-            if herd
-            else "— | —"
-        )
+        goodput, back = herd_cells(herd, never="never", after="after ")
         lines.append(
             f"| {run['run']} | {run['stage']} | {speeds} | {windows_text(cold['windows'])} "
             f"| {rps['median']} ({rps['min']}-{rps['max']}) "
             f"| {p95_cell(summary, LOG_IN)} | {p95_cell(summary, TIMELINE)} "
-            f"| {summary['server_cpu_ms_per_request']['median']:g} | {herd_cells} |"
+            f"| {summary['server_cpu_ms_per_request']['median']:g} | {goodput} | {back} |"
         )
     return lines
 

@@ -1,6 +1,5 @@
-"""The cold start and the herd of ``make bench``, loaded beside the protocol on a freshly started stage:
-
-    locust -f locustfile.py,tools/bench/cold_shape.py --headless -H URL
+"""The cold start and the herds of ``make bench``, loaded beside the protocol on a freshly started stage
+(``locust -f locustfile.py,tools/bench/cold_shape.py --headless -H URL``):
 
 1. **Cold start**: ``TWEEPY_BENCH_COLD_USERS`` users arrive at ``TWEEPY_BENCH_COLD_RATE`` a second on
    empty caches; once every one has logged in, ``TWEEPY_BENCH_COLD_WINDOWS`` windows of
@@ -9,6 +8,8 @@
    completed protocol tasks; then the herd's own visitors leave at once, and windows of
    ``TWEEPY_BENCH_RECOVERY_WINDOW`` seconds are judged until one meets the bar (at most
    ``TWEEPY_BENCH_RECOVERY_LIMIT`` seconds): how long the stage takes to return under it.
+   ``TWEEPY_BENCH_HERDS`` herds in all, each as soon as the last one's way back is over; their
+   figures are medians, with each herd's own.
 
 Results go to ``TWEEPY_BENCH_OUT``; ``"state": "done"`` only when all of it ran.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from locust import LoadTestShape
 
-from tools.bench.figures import cold_summary, herd_figures, window_figures
+from tools.bench.figures import cold_summary, herd_figures, herds_summary, window_figures
 from tools.bench.procfs import cpu_seconds, process_tree
 from tools.protocol import FIRST_LOGIN, bar_from_env, from_locust, numbers, setting
 
@@ -37,6 +38,7 @@ class ColdStartAndHerd(LoadTestShape):
         self.windows = setting("TWEEPY_BENCH_COLD_WINDOWS")
         self.window = setting("TWEEPY_BENCH_WINDOW")
         self.herd_users = max(self.users + 1, round(self.users * setting("TWEEPY_BENCH_HERD")))
+        self.herds = setting("TWEEPY_BENCH_HERDS")
         self.recovery_window = setting("TWEEPY_BENCH_RECOVERY_WINDOW")
         self.recovery_limit = setting("TWEEPY_BENCH_RECOVERY_LIMIT")
         self.ramp_limit = setting("TWEEPY_BENCH_RAMP_LIMIT")
@@ -48,7 +50,9 @@ class ColdStartAndHerd(LoadTestShape):
         self.returned_at = 0.0  # when the herd ended and the users went back to ``users``
         self.before_herd: set[int] = set()  # the visitors running when the herd came (ids of locust users)
         self.cpu_at_start: tuple[float, float] = (0.0, 0.0)
+        # ``herd`` and ``recovery``: the herd under way, or the last; ``herds``: each one over, with its figures.
         self.result: dict = {"users": self.users, "rate": self.rate, "windows": [], "herd": None, "recovery": []}
+        self.result["herds"] = []
         self.state = "running"
 
     def tick(self):
@@ -107,8 +111,7 @@ class ColdStartAndHerd(LoadTestShape):
                 self._enter("window", now)
             else:
                 self.result["cold"] = cold_summary(self.result["windows"])
-                self.before_herd = {id(user) for user in self._visitors()}
-                self._enter("herd", now)
+                self._herd_comes(now)
         elif self.phase == "herd":
             self.result["herd"] = {"users": self.herd_users, **window}
             self._herd_leaves()
@@ -118,12 +121,25 @@ class ColdStartAndHerd(LoadTestShape):
             window["ended_s_after_return"] = round(now - self.returned_at, 1)
             self.result["recovery"].append(window)
             if window["met"] or now - self.returned_at >= self.recovery_limit:
-                self.result["herd_figures"] = herd_figures(
-                    self.result["windows"], self.result["herd"], self.result["recovery"]
-                )
-                self._finish()
+                self._herd_over(now)
             else:
                 self._enter("recovery", now)
+
+    def _herd_comes(self, now: float) -> None:
+        self.before_herd = {id(user) for user in self._visitors()}
+        self.result["herd"], self.result["recovery"] = None, []
+        self._enter("herd", now)
+
+    def _herd_over(self, now: float) -> None:
+        """The way back is over: the herd's figures kept, then the next herd, or the end."""
+        herd, recovery = self.result["herd"], self.result["recovery"]
+        figures = herd_figures(self.result["windows"], herd, recovery)
+        self.result["herds"].append({"herd": herd, "recovery": recovery, "figures": figures})
+        self.result["herd_figures"] = herds_summary([h["figures"] for h in self.result["herds"]])
+        if len(self.result["herds"]) < self.herds:
+            self._herd_comes(now)
+        else:
+            self._finish()
 
     def _visitors(self) -> list:
         # Locust keeps each running user as its greenlet's first argument (a dead one's args are emptied).

@@ -4,6 +4,7 @@ capacity projection. Nothing here measures, starts anything or imports locust, s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 from tools.protocol import (
@@ -122,6 +123,24 @@ def herd_figures(windows: list[dict], herd: dict | None, recovery: list[dict]) -
         "goodput_pct_of_capacity": round(100 * herd["tasks_per_s"] / capacity, 1) if herd and capacity else None,
         "failures": herd["failures"] if herd else None,
         "recovered_after_s": back,
+    }
+
+
+def herds_summary(herds: list[dict]) -> dict:
+    """Several herds' figures (``herd_figures``) in one: medians, with each herd's own. A herd not back
+    under the bar within the limit counts as slower than any that was; so does the median, if most were not."""
+    goodput = [h["goodput_pct_of_capacity"] for h in herds if h["goodput_pct_of_capacity"] is not None]
+    back = sorted((h["recovered_after_s"] for h in herds), key=lambda s: math.inf if s is None else s)
+    tasks = [h["tasks_per_s"] for h in herds if h["tasks_per_s"] is not None]
+    return {
+        "herds": len(herds),
+        "tasks_per_s": median_and_spread(tasks).get("median"),
+        "goodput_pct_of_capacity": median_and_spread(goodput).get("median"),
+        "goodput_pct_each": [h["goodput_pct_of_capacity"] for h in herds],
+        "failures": sum(h["failures"] or 0 for h in herds),
+        # Of an even count, the later of the middle two: a time that may be "never" is not averaged.
+        "recovered_after_s": back[len(back) // 2] if back else None,
+        "recovered_after_s_each": [h["recovered_after_s"] for h in herds],
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tools import services, stages
+from tools.bench.cold_report import herd_cells
 from tools.bench.machine import ROOT, say
 from tools.bench.plan import (
     COLD_FILES,
@@ -199,11 +200,8 @@ def cold_line(label: str, cold: dict) -> str:
         f"met the bar, {summary['rps']['median']} QPS ({summary['rps']['min']}-{summary['rps']['max']})"
     )
     if herd:
-        back = herd["recovered_after_s"]
-        line += (
-            f"; herd of {cold['herd']['users']}: {herd['goodput_pct_of_capacity']}% of the tasks, "
-            f"back under the bar {'after ' + str(back) + ' s' if back is not None else 'never, in the time given'}"
-        )
+        goodput, back = herd_cells(herd)
+        line += f"; herd of {cold['herd']['users']}: {goodput} of the tasks, back under the bar: {back}"
     return line
 
 

@@ -35,6 +35,7 @@ class Plan:
     cold_rate: float = DEFAULTS["TWEEPY_BENCH_COLD_RATE"]
     cold_windows: int = DEFAULTS["TWEEPY_BENCH_COLD_WINDOWS"]  # 0: no cold start nor herd
     herd: float = DEFAULTS["TWEEPY_BENCH_HERD"]
+    herds: int = DEFAULTS["TWEEPY_BENCH_HERDS"]
     target_share: float = DEFAULTS["TWEEPY_BENCH_TARGET_SHARE"]
     recovery_window_s: float = DEFAULTS["TWEEPY_BENCH_RECOVERY_WINDOW"]
     recovery_limit_s: float = DEFAULTS["TWEEPY_BENCH_RECOVERY_LIMIT"]
@@ -69,6 +70,7 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         # tests walk through (tests/test_locustfile.py), and would make the ladder's run twice as long.
         capacity_windows=1,
         cold_windows=1,
+        herds=2,  # more than one, so that their medians are made, but no more: each adds some 10 s
         recovery_window_s=4,
         recovery_limit_s=12,
         bcrypt_probe_s=1,
@@ -88,6 +90,7 @@ ATTRIBUTES = {
     "TWEEPY_BENCH_COLD_RATE": "cold_rate",
     "TWEEPY_BENCH_COLD_WINDOWS": "cold_windows",
     "TWEEPY_BENCH_HERD": "herd",
+    "TWEEPY_BENCH_HERDS": "herds",
     "TWEEPY_BENCH_TARGET_SHARE": "target_share",
     "TWEEPY_BENCH_RECOVERY_WINDOW": "recovery_window_s",
     "TWEEPY_BENCH_RECOVERY_LIMIT": "recovery_limit_s",
@@ -171,6 +174,7 @@ def cold_environment(plan: Plan, out, server_pids: list[int], users: int) -> dic
         "TWEEPY_BENCH_COLD_WINDOWS": str(plan.cold_windows),
         "TWEEPY_BENCH_WINDOW": str(plan.window_s),
         "TWEEPY_BENCH_HERD": str(plan.herd),
+        "TWEEPY_BENCH_HERDS": str(plan.herds),
         "TWEEPY_BENCH_RECOVERY_WINDOW": str(plan.recovery_window_s),
         "TWEEPY_BENCH_RECOVERY_LIMIT": str(plan.recovery_limit_s),
         "TWEEPY_BENCH_RAMP_LIMIT": str(plan.ramp_limit_s),
@@ -190,7 +194,7 @@ def cold_starts(plan: Plan, stage: stages.Stage, capacity_users: int, bound: Map
     """The cold starts a stage gets, by the key its result keeps each under, with their users: one at its
     capacity; and, for the default stage whose capacity lies past it, one at the share of its bcrypt bound
     (its own library's hashes a second x 247/3, a user asking about once a second) the targets are written
-    for. Only the default stage's: another cold start and herd add some eight minutes to a stage."""
+    for. Only the default stage's: another cold start and its herds add some ten minutes to a stage."""
     if not plan.cold_windows:
         return {}
     starts = {"cold_start": capacity_users}
@@ -203,8 +207,9 @@ def cold_starts(plan: Plan, stage: stages.Stage, capacity_users: int, bound: Map
 
 
 def cold_time_limit(plan: Plan) -> float:
-    """How long locust may run the cold start and the herd before they are cut short."""
-    return plan.ramp_limit_s + (plan.cold_windows + 1) * plan.window_s + plan.recovery_limit_s + 120
+    """How long locust may run the cold start and the herds before they are cut short."""
+    herds = plan.herds * (plan.window_s + plan.recovery_limit_s)
+    return plan.ramp_limit_s + plan.cold_windows * plan.window_s + herds + 120
 
 
 def command_of(plan: Mapping, every_stage: list[int]) -> str:

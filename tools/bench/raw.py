@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 from tools import stages
-from tools.bench.figures import cold_summary, herd_figures, judged, plain_stats, step_verdict
+from tools.bench.figures import cold_summary, herd_figures, herds_summary, judged, plain_stats, step_verdict
 from tools.bench.plan import COLD_FILES
 from tools.protocol import AGGREGATED, Bar, RequestStats, completed_tasks, hashes_done
 
@@ -100,13 +100,19 @@ def recompute(report: dict, files: dict[str, bytes]) -> dict:
 
 def recomputed_cold(cold: dict, bar: Bar, earlier: dict | None) -> dict:
     windows = [rejudged_window(w, bar) for w in cold.get("windows", [])]
-    herd = rejudged_window(cold["herd"], bar) if cold.get("herd") else None
-    recovery = [rejudged_window(w, bar) for w in cold.get("recovery", [])]
-    found = {**cold, "windows": windows, "herd": herd, "recovery": recovery}
+    over = cold.get("herds")
+    if over is None:  # a run made before herds were repeated: its one herd, if it got that far
+        over = [{"herd": cold["herd"], "recovery": cold.get("recovery", [])}] if cold.get("herd") else []
+    herds = []
+    for each in over:
+        herd, recovery = rejudged_window(each["herd"], bar), [rejudged_window(w, bar) for w in each["recovery"]]
+        herds.append({"herd": herd, "recovery": recovery, "figures": herd_figures(windows, herd, recovery)})
+    found = {**cold, "windows": windows, "herds": herds}
+    if herds:
+        found["herd"], found["recovery"] = herds[-1]["herd"], herds[-1]["recovery"]
+        found["herd_figures"] = herds_summary([h["figures"] for h in herds])
     if windows:
         found["cold"] = cold_summary(windows)
-    if herd is not None:
-        found["herd_figures"] = herd_figures(windows, herd, recovery)
     state = (earlier or {}).get("state")
     return {**found, "state": state or ("complete" if cold.get("state") == "done" else "cut short")}
 
