@@ -110,7 +110,9 @@ def test_a_stage_that_never_meets_the_bar_after_the_herd_is_said_not_to_recover(
     assert shape.result["herd_figures"]["recovered_after_s"] is None
 
 
-def test_herds_come_in_turn_each_once_the_last_is_back_and_their_figures_are_medians(cold_and_three_herds):
+def test_herds_come_in_turn_each_after_the_last_is_back_and_a_window_and_their_figures_are_medians(
+    cold_and_three_herds,
+):
     shape, later = cold_and_three_herds
     later(0)
     first = [FakeVisitor(shape.runner) for _ in range(10)]
@@ -131,6 +133,10 @@ def test_herds_come_in_turn_each_once_the_last_is_back_and_their_figures_are_med
         if refusing_for < 3:
             serve(shape, 100)
             later(10)
+        if goodput != 285:  # not the last herd: a window at the users before the next
+            assert shape.phase == "settle" and later(0) == (10, 20)
+            serve(shape, 300)
+            later(30)
     assert shape.state == "done" and later(1) is None
     assert [visitor.stopped_by_force for visitor in first] == [None] * 10, "the first users stayed throughout"
     each = [h["figures"] for h in shape.result["herds"]]
@@ -140,6 +146,7 @@ def test_herds_come_in_turn_each_once_the_last_is_back_and_their_figures_are_med
     assert (summary["herds"], summary["goodput_pct_of_capacity"]) == (3, 90.0)
     assert summary["recovered_after_s"] == 30.0, "the median, a herd that never came back counted as the slowest"
     assert [len(h["recovery"]) for h in shape.result["herds"]] == [2, 3, 3], "each herd's windows kept apart"
+    assert len(shape.result["settled"]) == 2 and all(w["met"] for w in shape.result["settled"])
 
 
 def test_the_median_way_back_is_never_when_most_herds_never_came_back():
@@ -212,7 +219,7 @@ def test_the_report_shows_the_herds_medians_then_each_ones_way_back():
     report = {"plan": {"herds": 3}, "stages": [{"stage": 6, "name": "vertical", "cold_start": cold}]}
     table = cold_report.cold_start_table(report)
     assert table[-1].endswith("| 600 | 97.3% (88.1-102.7) | 30 s (30, never, 20) |")
-    assert "3 herds, each once the last was over" in table[0]
+    assert "3 herds, each after the last one's way back and a window at the users" in table[0]
 
 
 def test_the_report_shows_the_default_stages_cold_start_at_its_targets_load_under_its_capacitys():

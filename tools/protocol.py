@@ -125,7 +125,9 @@ SETTINGS: tuple[Setting, ...] = (
         0,
     ),
     Setting("TWEEPY_BENCH_HERD", 2.0, "Users of the herd that follows the cold start, times its users, all at once", 1),
-    Setting("TWEEPY_BENCH_HERDS", 3, "Herds in turn, each once the last one's way back is over; figures: medians", 1),
+    Setting(
+        "TWEEPY_BENCH_HERDS", 3, "Herds in turn, each after the last one's way back and a window; figures: medians", 1
+    ),
     Setting(
         "TWEEPY_BENCH_RECOVERY_WINDOW", 10.0, "Seconds of each window judged after the herd, until one meets the bar", 1
     ),

@@ -43,7 +43,8 @@ def cold_start_table(report: dict) -> list[str]:
     rate = report["plan"].get("cold_rate", 5.0)
     herds = report["plan"].get("herds", 1)  # a run made before herds were repeated had one
     again = (
-        f" {herds} herds, each once the last was over: their medians, the goodput's spread and each way back."
+        f" {herds} herds, each after the last one's way back and a window at the users: their medians, the "
+        "goodput's spread and each way back."
         if herds > 1
         else ""
     )

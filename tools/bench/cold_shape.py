@@ -8,8 +8,8 @@
    completed protocol tasks; then the herd's own visitors leave at once, and windows of
    ``TWEEPY_BENCH_RECOVERY_WINDOW`` seconds are judged until one meets the bar (at most
    ``TWEEPY_BENCH_RECOVERY_LIMIT`` seconds): how long the stage takes to return under it.
-   ``TWEEPY_BENCH_HERDS`` herds in all, each as soon as the last one's way back is over; their
-   figures are medians, with each herd's own.
+   ``TWEEPY_BENCH_HERDS`` herds in all, each after the last one's way back and a window at the users;
+   their figures are medians, with each herd's own.
 
 Results go to ``TWEEPY_BENCH_OUT``; ``"state": "done"`` only when all of it ran.
 """
@@ -52,7 +52,8 @@ class ColdStartAndHerd(LoadTestShape):
         self.cpu_at_start: tuple[float, float] = (0.0, 0.0)
         # ``herd`` and ``recovery``: the herd under way, or the last; ``herds``: each one over, with its figures.
         self.result: dict = {"users": self.users, "rate": self.rate, "windows": [], "herd": None, "recovery": []}
-        self.result["herds"] = []
+        # ``settled``: the window at the users before each herd but the first.
+        self.result["herds"], self.result["settled"] = [], []
         self.state = "running"
 
     def tick(self):
@@ -70,7 +71,7 @@ class ColdStartAndHerd(LoadTestShape):
         self._write()
         if self.phase == "herd":
             return self.herd_users, self.herd_users  # all at once
-        if self.phase == "recovery":
+        if self.phase in ("recovery", "settle"):
             # In one step: the herd left by itself (``_herd_leaves``), and a lower rate would have locust
             # step down from the herd's users, respawning visitors to fill each step.
             return self.users, self.herd_users
@@ -112,6 +113,9 @@ class ColdStartAndHerd(LoadTestShape):
             else:
                 self.result["cold"] = cold_summary(self.result["windows"])
                 self._herd_comes(now)
+        elif self.phase == "settle":
+            self.result["settled"].append(window)
+            self._herd_comes(now)
         elif self.phase == "herd":
             self.result["herd"] = {"users": self.herd_users, **window}
             self._herd_leaves()
@@ -137,7 +141,9 @@ class ColdStartAndHerd(LoadTestShape):
         self.result["herds"].append({"herd": herd, "recovery": recovery, "figures": figures})
         self.result["herd_figures"] = herds_summary([h["figures"] for h in self.result["herds"]])
         if len(self.result["herds"]) < self.herds:
-            self._herd_comes(now)
+            # A window at the users first: the next herd meets a stage as steady as the first did, not
+            # one whose refused logins are still coming back.
+            self._enter("settle", now)
         else:
             self._finish()
 

@@ -208,7 +208,7 @@ def cold_starts(plan: Plan, stage: stages.Stage, capacity_users: int, bound: Map
 
 def cold_time_limit(plan: Plan) -> float:
     """How long locust may run the cold start and the herds before they are cut short."""
-    herds = plan.herds * (plan.window_s + plan.recovery_limit_s)
+    herds = plan.herds * (plan.window_s + plan.recovery_limit_s) + (plan.herds - 1) * plan.window_s
     return plan.ramp_limit_s + plan.cold_windows * plan.window_s + herds + 120
 
 
