@@ -54,8 +54,8 @@ def test_users_arrive_at_the_cold_rate_then_the_herd_all_at_once_then_back_to_th
     assert shape.phase == "recovery" and later(0) == (10, 20), "back to the users in one step"
 
 
-def test_the_herds_own_visitors_leave_when_it_ends_and_the_first_users_stay(cold):
-    shape, later = cold
+def through_the_cold_windows(shape, later) -> list[FakeVisitor]:
+    """Ten visitors arrive and log in, then the two cold windows serve 10 completed tasks a second each."""
     later(0)
     first = [FakeVisitor(shape.runner) for _ in range(10)]
     log_in(shape, 10)
@@ -63,6 +63,12 @@ def test_the_herds_own_visitors_leave_when_it_ends_and_the_first_users_stay(cold
     for _ in range(2):
         serve(shape, 300)
         later(30)
+    return first
+
+
+def test_the_herds_own_visitors_leave_when_it_ends_and_the_first_users_stay(cold):
+    shape, later = cold
+    first = through_the_cold_windows(shape, later)
     assert shape.phase == "herd"
     herd = [FakeVisitor(shape.runner) for _ in range(10)]  # what locust spawns on the herd's answer
     serve(shape, 500, failures=50)
@@ -114,13 +120,7 @@ def test_herds_come_in_turn_each_after_the_last_is_back_and_a_window_and_their_f
     cold_and_three_herds,
 ):
     shape, later = cold_and_three_herds
-    later(0)
-    first = [FakeVisitor(shape.runner) for _ in range(10)]
-    log_in(shape, 10)
-    later(1)
-    for _ in range(2):
-        serve(shape, 300)  # 10 completed tasks a second
-        later(30)
+    first = through_the_cold_windows(shape, later)
     for goodput, refusing_for in ((270, 1), (240, 3), (285, 2)):  # each herd, and its recovery windows that miss
         assert shape.phase == "herd" and later(0) == (20, 20), "twice the users, all at once, every time"
         herd = [FakeVisitor(shape.runner) for _ in range(10)]
