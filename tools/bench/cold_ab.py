@@ -85,8 +85,8 @@ def readme(runs: list[dict], about: dict) -> str:
         f"commit {about['commit']}, {about['date']}; {plan.users:,} users and {plan.tweets:,} tweets seeded.",
         f"Each run: the stage started afresh (empty caches){network_of(plan)}, {runs[0]['users']} users arriving at "
         f"{plan.cold_rate:g} a second, {plan.cold_windows} window{'s' if plan.cold_windows != 1 else ''} of "
-        f"{plan.window_s:g} s once all had logged in, each judged by the bar, then {herds_text(plan.herds)} of "
-        f"{round(plan.herd * runs[0]['users']):,} users for a window, whose newcomers then left at once. Run in the "
+        f"{plan.window_s:g} s once all had logged in, each judged by the bar, then "
+        f"{herds_text(plan.herds, round(plan.herd * runs[0]['users']))}. Run in the "
         f"order {order}; the host's hashes a second (pyca / libxcrypt) probed before each run. Medians of the "
         "windows, QPS with its range; `cold.json` holds every window. Made by "
         "`python -m tools.bench.cold_ab` (`make cold`).",
@@ -97,8 +97,11 @@ def readme(runs: list[dict], about: dict) -> str:
     return "\n".join(lines)
 
 
-def herds_text(herds: int) -> str:
-    return "a herd" if herds == 1 else f"{herds} herds in turn (their medians, then each one's)"
+def herds_text(herds: int, users: int) -> str:
+    one = f"{users:,} users for a window, whose newcomers then left at once"
+    if herds == 1:
+        return f"a herd of {one}"
+    return f"{herds} herds, each of {one}, with a window at the users between them (medians, then each herd's)"
 
 
 def network_of(plan) -> str:

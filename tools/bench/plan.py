@@ -70,7 +70,7 @@ def quick_plan(stage_numbers: list[int]) -> Plan:
         # tests walk through (tests/test_locustfile.py), and would make the ladder's run twice as long.
         capacity_windows=1,
         cold_windows=1,
-        herds=2,  # more than one, so that their medians are made, but no more: each adds some 10 s
+        herds=2,  # more than one, so that their medians are made, but no more: each adds some 15 s
         recovery_window_s=4,
         recovery_limit_s=12,
         bcrypt_probe_s=1,
@@ -194,7 +194,7 @@ def cold_starts(plan: Plan, stage: stages.Stage, capacity_users: int, bound: Map
     """The cold starts a stage gets, by the key its result keeps each under, with their users: one at its
     capacity; and, for the default stage whose capacity lies past it, one at the share of its bcrypt bound
     (its own library's hashes a second x 247/3, a user asking about once a second) the targets are written
-    for. Only the default stage's: another cold start and its herds add some ten minutes to a stage."""
+    for. Only the default stage's: another cold start and its herds add some eleven minutes to a stage."""
     if not plan.cold_windows:
         return {}
     starts = {"cold_start": capacity_users}
